@@ -1,0 +1,30 @@
+"""timerl: deep RL programs as recurrence equations over recurrent tensors, compiled whole.
+
+    import timerl as tl
+    prog = tl.Program("i t")
+"""
+
+from .errors import CompileError, RuntimeFault, ShapeError
+from .ir.expr import Bound, Cond, Dim, Expr
+from .api.program import Program
+from .api.tensor import RecurrentTensor
+from .api.ops import (
+    arange, broadcast_to, cast, clip, concat, const, dim_value, matmul, maximum, minimum, one_hot,
+    ones, permute, placeholder, reshape, squeeze, stack, take, take_along_axis, tensor, unsqueeze,
+    where, zeros,
+)
+from .api.functions import abs, exp, log, max, min, relu, sigmoid, sign, sqrt, tanh
+from .api.world import sink, udf
+from .api import random
+from . import config
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CompileError", "RuntimeFault", "ShapeError", "Bound", "Cond", "Dim", "Expr", "Program",
+    "RecurrentTensor", "arange", "broadcast_to", "cast", "clip", "concat", "const", "dim_value",
+    "matmul", "maximum", "minimum", "one_hot", "ones", "permute", "placeholder", "reshape",
+    "squeeze", "stack", "take", "take_along_axis", "tensor", "unsqueeze", "where", "zeros", "abs",
+    "exp", "log", "max", "min", "relu", "sigmoid", "sign", "sqrt", "tanh", "sink", "udf", "random",
+    "config",
+]

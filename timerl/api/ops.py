@@ -1,0 +1,582 @@
+"""Op constructors: shape and dtype rules, domain union, branches of placeholders.
+
+Each constructor checks its operands when the op is created (``tl.ShapeError`` naming
+both operands) and records one node in the current program's PDG.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import sympy
+
+from ..errors import CompileError, ShapeError
+from ..ir.expr import Cond, Expr, as_cond
+from ..ir.ops import Edge, Op
+from .program import current_program
+from .tensor import RecurrentTensor
+
+F32 = np.dtype("float32")
+I64 = np.dtype("int64")
+BOOL = np.dtype("bool")
+
+UNARY_FNS = ("neg", "exp", "log", "tanh", "sigmoid", "relu", "sqrt", "abs", "sign", "detach", "logical_not")
+BINARY_FNS = ("add", "sub", "mul", "div", "pow", "lt", "le", "gt", "ge", "eq", "ne", "minimum", "maximum",
+              "logical_and", "logical_or")
+COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or")
+
+
+# -- helpers --------------------------------------------------------------------------
+
+
+def _is_scalar(x) -> bool:
+    return isinstance(x, (bool, numbers.Number)) and not isinstance(x, np.ndarray)
+
+
+def _prog_of(*xs):
+    for x in xs:
+        if isinstance(x, RecurrentTensor):
+            return x.prog
+    return current_program()
+
+
+def _eq(a, b) -> bool:
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return sympy.sympify(a) == sympy.sympify(b)
+
+
+def _is_one(a) -> bool:
+    return isinstance(a, int) and a == 1
+
+
+def broadcast_shapes(shapes, names) -> tuple:
+    nd = max((len(s) for s in shapes), default=0)
+    out = []
+    for k in range(nd):
+        cur = 1
+        for s, nm in zip(shapes, names):
+            j = k - (nd - len(s))
+            if j < 0:
+                continue
+            e = s[j]
+            if _is_one(cur):
+                cur = e
+            elif _is_one(e) or _eq(cur, e):
+                continue
+            elif isinstance(cur, int) and isinstance(e, int):
+                raise ShapeError(
+                    f"shapes do not broadcast: {' and '.join(f'{n!r} {tuple(sh)}' for n, sh in zip(names, shapes))} "
+                    f"(axis {k - nd}: {cur} vs {e})"
+                )
+            else:
+                # symbolic vs other: equal only if the bounds make them so; checked at run time
+                cur = cur if not isinstance(cur, int) else e
+        out.append(cur)
+    return tuple(out)
+
+
+def result_dtype(*xs) -> np.dtype:
+    strong = [x.dtype for x in xs if isinstance(x, RecurrentTensor)]
+    strong += [np.asarray(x).dtype for x in xs if isinstance(x, (np.ndarray, np.generic))]
+    weak = [x for x in xs if _is_scalar(x) and not isinstance(x, (np.ndarray, np.generic))]
+    if not strong:
+        if any(isinstance(w, float) for w in weak):
+            return F32
+        if any(isinstance(w, int) and not isinstance(w, bool) for w in weak):
+            return I64
+        return BOOL
+    r = np.result_type(*strong)
+    for w in weak:
+        if isinstance(w, bool):
+            continue
+        if isinstance(w, float) and r.kind in "biu":
+            r = F32
+        elif isinstance(w, int) and r.kind == "b":
+            r = I64
+        elif isinstance(w, complex):
+            r = np.result_type(r, np.complex64)
+    return np.dtype(r)
+
+
+def as_tensor(x, dtype=None, prog=None) -> RecurrentTensor:
+    if isinstance(x, RecurrentTensor):
+        return x
+    if isinstance(x, (Expr, Cond)):
+        raise TypeError(
+            "an index expression or condition is not a tensor; use tl.dim_value(t) for the value of a dim"
+        )
+    arr = np.asarray(x, dtype=dtype if dtype is not None else (None if not _is_scalar(x) else result_dtype(x)))
+    return _const(arr, prog or current_program())
+
+
+def _const(arr: np.ndarray, prog, domain=(), name=None) -> RecurrentTensor:
+    arr = np.array(arr)
+    arr.setflags(write=False)
+    nid = prog.add(Op.CONST, domain, [arr.shape], [arr.dtype], {"value": arr}, name=name)
+    return RecurrentTensor(prog, nid)
+
+
+def basis(t: RecurrentTensor, pos: int) -> tuple[int, Edge]:
+    return (t.nid, Edge(pos=pos, out=t.out, index=tuple(d.e for d in t.domain)))
+
+
+def make(op: Op, operands, shapes, dtypes, attrs=None, name=None, extra_domain=()) -> list[RecurrentTensor]:
+    """Record an op over the union of its operands' domains (basis edges)."""
+    prog = _prog_of(*operands) if operands else current_program()
+    for x in operands:
+        if x.prog is not prog:
+            raise CompileError(f"tensor {x.name!r} belongs to another program")
+    domain = prog.sort_domain([d for x in operands for d in x.domain] + list(extra_domain))
+    nid = prog.add(op, domain, shapes, dtypes, attrs, [basis(x, k) for k, x in enumerate(operands)], name=name)
+    return [RecurrentTensor(prog, nid, k) for k in range(len(shapes))]
+
+
+def _promote(xs):
+    dt = result_dtype(*xs)
+    prog = _prog_of(*xs)
+    ts = [as_tensor(x, dtype=dt, prog=prog) if not isinstance(x, RecurrentTensor) else x for x in xs]
+    return ts, dt
+
+
+def _norm_axis(axis, ndim, who):
+    ax = axis + ndim if axis < 0 else axis
+    if not 0 <= ax < ndim:
+        raise ShapeError(f"axis {axis} is out of range for {who!r} with {ndim} spatial axes")
+    return ax
+
+
+# -- elementwise ---------------------------------------------------------------------------
+
+
+def unary(fn: str, x) -> RecurrentTensor:
+    x = as_tensor(x)
+    dt = x.dtype
+    if fn in ("exp", "log", "tanh", "sigmoid", "sqrt") and dt.kind in "biu":
+        x, dt = cast(x, F32), F32
+    if fn == "logical_not":
+        if dt != BOOL:
+            raise ShapeError(f"~ needs a bool tensor, got {x.name!r} of dtype {dt}")
+    elif fn == "neg" and dt == BOOL:
+        raise ShapeError(f"cannot negate bool tensor {x.name!r}; use ~")
+    return make(Op.UNARY, [x], [x.shape], [dt], {"fn": fn})[0]
+
+
+def binary(fn: str, a, b) -> RecurrentTensor:
+    (a, b), dt = _promote([a, b])
+    shape = broadcast_shapes([a.shape, b.shape], [a.name, b.name])
+    if fn in ("logical_and", "logical_or"):
+        if a.dtype != BOOL or b.dtype != BOOL:
+            raise ShapeError(f"& and | need bool tensors, got {a.name!r} ({a.dtype}) and {b.name!r} ({b.dtype})")
+    if fn == "div" and dt.kind in "biu":
+        a, b, dt = cast(a, F32), cast(b, F32), F32
+    out = BOOL if fn in COMPARISONS else dt
+    return make(Op.BINARY, [a, b], [shape], [out], {"fn": fn})[0]
+
+
+def cast(x, dtype) -> RecurrentTensor:
+    x = as_tensor(x)
+    dtype = np.dtype(dtype)
+    if x.dtype == dtype:
+        return x
+    return make(Op.CAST, [x], [x.shape], [dtype], {"dtype": dtype})[0]
+
+
+def where(c, a, b) -> RecurrentTensor:
+    c = as_tensor(c)
+    if c.dtype != BOOL:
+        raise ShapeError(f"tl.where needs a bool condition, got {c.name!r} of dtype {c.dtype}")
+    (a, b), dt = _promote([a, b])
+    shape = broadcast_shapes([c.shape, a.shape, b.shape], [c.name, a.name, b.name])
+    return make(Op.WHERE, [c, a, b], [shape], [dt])[0]
+
+
+def minimum(a, b):
+    return binary("minimum", a, b)
+
+
+def maximum(a, b):
+    return binary("maximum", a, b)
+
+
+def clip(x, lo, hi):
+    return maximum(minimum(x, hi), lo)
+
+
+# -- reductions and scans ----------------------------------------------------------------
+
+
+def _axes(axis, ndim, who):
+    if axis is None:
+        return tuple(range(ndim))
+    axes = axis if isinstance(axis, (tuple, list)) else (axis,)
+    return tuple(sorted({_norm_axis(a, ndim, who) for a in axes}))
+
+
+def reduce(fn: str, x, axis=None, keepdims=False) -> RecurrentTensor:
+    x = as_tensor(x)
+    if fn == "argmax" and axis is not None and isinstance(axis, (tuple, list)):
+        raise ShapeError(f"argmax of {x.name!r} takes one axis or None")
+    axes = _axes(axis, x.ndim, x.name)
+    if fn == "argmax" and axis is None:
+        shape = (1,) * x.ndim if keepdims else ()
+    else:
+        shape = tuple(1 if k in axes else s for k, s in enumerate(x.shape) if keepdims or k not in axes)
+    if fn == "argmax":
+        dt = I64
+    elif fn in ("mean", "std", "logsumexp") and x.dtype.kind in "biu":
+        dt = F32
+    elif fn == "sum" and x.dtype == BOOL:
+        dt = I64
+    else:
+        dt = x.dtype
+    if fn in ("mean", "std", "logsumexp") and x.dtype.kind in "biu":
+        x = cast(x, F32)
+    return make(Op.REDUCE, [x], [shape], [dt], {"fn": fn, "axis": axes, "keepdims": bool(keepdims),
+                                                  "flat": axis is None})[0]
+
+
+def scan(fn: str, x, axis=0) -> RecurrentTensor:
+    x = as_tensor(x)
+    ax = _norm_axis(axis, x.ndim, x.name)
+    dt = I64 if x.dtype == BOOL else x.dtype
+    return make(Op.SCAN, [x], [x.shape], [dt], {"fn": fn, "axis": ax})[0]
+
+
+def discounted(x, gamma, axis=0, cumulative=False) -> RecurrentTensor:
+    x = as_tensor(x)
+    if x.dtype.kind != "f":
+        x = cast(x, F32)
+    ax = _norm_axis(axis, x.ndim, x.name)
+    g = as_tensor(gamma, dtype=x.dtype, prog=x.prog)
+    if g.shape != ():
+        raise ShapeError(f"discount gamma {g.name!r} must have shape (), got {g.shape}")
+    g = cast(g, x.dtype)
+    if cumulative:
+        return make(Op.SCAN, [x, g], [x.shape], [x.dtype], {"fn": "discounted_cumsum", "axis": ax})[0]
+    shape = tuple(s for k, s in enumerate(x.shape) if k != ax)
+    return make(Op.REDUCE, [x, g], [shape], [x.dtype], {"fn": "discounted_sum", "axis": (ax,), "keepdims": False,
+                                                         "flat": False})[0]
+
+
+# -- matmul -------------------------------------------------------------------------------
+
+
+def matmul(a, b) -> RecurrentTensor:
+    (a, b), dt = _promote([a, b])
+    sa, sb = a.shape, b.shape
+    if not sa or not sb:
+        raise ShapeError(f"matmul needs at least 1-d operands, got {a.name!r} {sa} and {b.name!r} {sb}")
+    a2 = sa if len(sa) > 1 else (1,) + sa
+    b2 = sb if len(sb) > 1 else sb + (1,)
+    if not _eq(a2[-1], b2[-2]):
+        raise ShapeError(f"matmul: {a.name!r} {sa} and {b.name!r} {sb} have mismatched inner dims")
+    batch = broadcast_shapes([a2[:-2], b2[:-2]], [a.name, b.name])
+    shape = batch + ((a2[-2],) if len(sa) > 1 else ()) + ((b2[-1],) if len(sb) > 1 else ())
+    return make(Op.MATMUL, [a, b], [shape], [dt])[0]
+
+
+# -- movement -------------------------------------------------------------------------------
+
+
+def _prod(shape):
+    p = sympy.Integer(1)
+    for s in shape:
+        p = p * sympy.sympify(s)
+    return p
+
+
+def reshape(x, shape) -> RecurrentTensor:
+    x = as_tensor(x)
+    shape = tuple(int(s) if isinstance(s, (int, np.integer)) else (s.e if isinstance(s, Expr) else s) for s in shape)
+    total = _prod(x.shape)
+    if sum(1 for s in shape if isinstance(s, int) and s == -1) > 1:
+        raise ShapeError(f"reshape of {x.name!r}: at most one -1")
+    if any(isinstance(s, int) and s == -1 for s in shape):
+        known = _prod([s for s in shape if not (isinstance(s, int) and s == -1)])
+        rest = sympy.simplify(total / known)
+        if rest.is_Integer:
+            rest = int(rest)
+        elif rest.is_Rational:
+            raise ShapeError(f"cannot reshape {x.name!r} of shape {x.shape} into {shape}")
+        shape = tuple(rest if (isinstance(s, int) and s == -1) else s for s in shape)
+    if sympy.simplify(_prod(shape) - total) != 0:
+        raise ShapeError(f"cannot reshape {x.name!r} of shape {x.shape} into {shape}")
+    shape = tuple(int(s) if sympy.sympify(s).is_Integer else s for s in shape)
+    if shape == tuple(x.shape):
+        return x
+    return make(Op.RESHAPE, [x], [shape], [x.dtype], {"shape": shape})[0]
+
+
+def permute(x, axes=None) -> RecurrentTensor:
+    x = as_tensor(x)
+    axes = tuple(reversed(range(x.ndim))) if axes is None else tuple(_norm_axis(a, x.ndim, x.name) for a in axes)
+    if sorted(axes) != list(range(x.ndim)):
+        raise ShapeError(f"permute of {x.name!r}: {axes} is not a permutation of its {x.ndim} axes")
+    if axes == tuple(range(x.ndim)):
+        return x
+    shape = tuple(x.shape[a] for a in axes)
+    return make(Op.PERMUTE, [x], [shape], [x.dtype], {"axes": axes})[0]
+
+
+def broadcast_to(x, shape) -> RecurrentTensor:
+    x = as_tensor(x)
+    shape = tuple(int(s) if isinstance(s, (int, np.integer)) else (s.e if isinstance(s, Expr) else s) for s in shape)
+    if len(shape) < x.ndim:
+        raise ShapeError(f"cannot broadcast {x.name!r} of shape {x.shape} to {shape}")
+    for k, s in enumerate(x.shape):
+        t = shape[len(shape) - x.ndim + k]
+        if not (_is_one(s) or _eq(s, t)):
+            raise ShapeError(f"cannot broadcast {x.name!r} of shape {x.shape} to {shape}")
+    if shape == tuple(x.shape):
+        return x
+    return make(Op.EXPAND, [x], [shape], [x.dtype], {"shape": shape})[0]
+
+
+def concat(xs, axis=0) -> RecurrentTensor:
+    xs = list(xs)
+    if not xs:
+        raise ShapeError("tl.concat needs at least one tensor")
+    ts, dt = _promote(xs)
+    nd = ts[0].ndim
+    ax = _norm_axis(axis, nd, ts[0].name)
+    for t in ts[1:]:
+        if t.ndim != nd or any(not _eq(a, b) for k, (a, b) in enumerate(zip(ts[0].shape, t.shape)) if k != ax):
+            raise ShapeError(f"tl.concat: {ts[0].name!r} {ts[0].shape} and {t.name!r} {t.shape} differ off axis {ax}")
+    length = sympy.Integer(0)
+    for t in ts:
+        length = length + sympy.sympify(t.shape[ax])
+    length = int(length) if length.is_Integer else length
+    shape = tuple(length if k == ax else s for k, s in enumerate(ts[0].shape))
+    ts = [cast(t, dt) for t in ts]
+    return make(Op.CONCAT, ts, [shape], [dt], {"axis": ax})[0]
+
+
+def stack(xs, axis=0) -> RecurrentTensor:
+    xs = [as_tensor(x) for x in xs]
+    if not xs:
+        raise ShapeError("tl.stack needs at least one tensor")
+    nd = xs[0].ndim + 1
+    ax = axis + nd if axis < 0 else axis
+    return concat([unsqueeze(x, ax) for x in xs], axis=ax)
+
+
+def squeeze(x, axis=None) -> RecurrentTensor:
+    x = as_tensor(x)
+    axes = [k for k, s in enumerate(x.shape) if _is_one(s)] if axis is None else list(_axes(axis, x.ndim, x.name))
+    for a in axes:
+        if not _is_one(x.shape[a]):
+            raise ShapeError(f"cannot squeeze axis {a} of {x.name!r} with shape {x.shape}")
+    return reshape(x, tuple(s for k, s in enumerate(x.shape) if k not in axes))
+
+
+def unsqueeze(x, axis) -> RecurrentTensor:
+    x = as_tensor(x)
+    ax = axis + x.ndim + 1 if axis < 0 else axis
+    if not 0 <= ax <= x.ndim:
+        raise ShapeError(f"unsqueeze axis {axis} out of range for {x.name!r} with shape {x.shape}")
+    shape = tuple(x.shape[:ax]) + (1,) + tuple(x.shape[ax:])
+    return make(Op.RESHAPE, [x], [shape], [x.dtype], {"shape": shape})[0]
+
+
+_SENTINEL = 1_000_003
+
+
+def spatial_index(x, key) -> RecurrentTensor:
+    x = as_tensor(x)
+    key = key if isinstance(key, tuple) else (key,)
+    if any(isinstance(k, RecurrentTensor) for k in key):
+        if len(key) == 1:
+            return take(x, key[0], axis=0)
+        raise ShapeError(f"tensor {x.name!r}: index with one tensor at a time (use x.take(idx, axis))")
+    for k in key:
+        if not (k is None or k is Ellipsis or isinstance(k, slice) or (isinstance(k, (int, np.integer))
+                                                                      and not isinstance(k, bool))):
+            raise ShapeError(f"tensor {x.name!r}: unsupported spatial index entry {k!r}")
+        if isinstance(k, slice) and any(v is not None and not isinstance(v, (int, np.integer))
+                                        for v in (k.start, k.stop, k.step)):
+            raise ShapeError(f"tensor {x.name!r}: spatial slices take int bounds, got {k!r}")
+    syms = {}
+    probe = []
+    for k, s in enumerate(x.shape):
+        if isinstance(s, int):
+            probe.append(s)
+        else:
+            syms[_SENTINEL + k] = s
+            probe.append(_SENTINEL + k)
+    dummy = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shape=tuple(probe), strides=(0,) * len(probe))
+    try:
+        out_shape = dummy[key].shape
+    except IndexError as e:
+        raise ShapeError(f"tensor {x.name!r} of shape {x.shape}: index {key!r} is out of range ({e})") from None
+    shape = []
+    for s in out_shape:
+        if s in syms:
+            shape.append(syms[s])
+        elif s > _SENTINEL // 2:
+            raise ShapeError(f"tensor {x.name!r}: a symbolic axis can only be taken whole (':') or at an int")
+        else:
+            shape.append(s)
+    return make(Op.SLICE, [x], [tuple(shape)], [x.dtype], {"key": key})[0]
+
+
+def take(x, idx, axis=None) -> RecurrentTensor:
+    x, idx = as_tensor(x), as_tensor(idx)
+    if idx.dtype.kind not in "iu":
+        raise ShapeError(f"take: index {idx.name!r} must be an integer tensor, got {idx.dtype}")
+    if axis is None:
+        x = reshape(x, (-1,))
+        axis = 0
+    ax = _norm_axis(axis, x.ndim, x.name)
+    shape = tuple(x.shape[:ax]) + tuple(idx.shape) + tuple(x.shape[ax + 1 :])
+    return make(Op.TAKE, [x, idx], [shape], [x.dtype], {"axis": ax, "along": False})[0]
+
+
+def take_along_axis(x, idx, axis=-1) -> RecurrentTensor:
+    x, idx = as_tensor(x), as_tensor(idx)
+    if idx.dtype.kind not in "iu":
+        raise ShapeError(f"take_along_axis: index {idx.name!r} must be an integer tensor, got {idx.dtype}")
+    if idx.ndim != x.ndim:
+        raise ShapeError(f"take_along_axis: {x.name!r} {x.shape} and index {idx.name!r} {idx.shape} differ in rank")
+    ax = _norm_axis(axis, x.ndim, x.name)
+    shape = list(broadcast_shapes([tuple(s for k, s in enumerate(x.shape) if k != ax),
+                                   tuple(s for k, s in enumerate(idx.shape) if k != ax)], [x.name, idx.name]))
+    shape.insert(ax, idx.shape[ax])
+    return make(Op.TAKE, [x, idx], [tuple(shape)], [x.dtype], {"axis": ax, "along": True})[0]
+
+
+def one_hot(idx, n: int, dtype="float32") -> RecurrentTensor:
+    idx = as_tensor(idx)
+    if idx.dtype.kind not in "iu":
+        raise ShapeError(f"one_hot: index {idx.name!r} must be an integer tensor, got {idx.dtype}")
+    return make(Op.ONE_HOT, [idx], [tuple(idx.shape) + (int(n),)], [np.dtype(dtype)], {"n": int(n)})[0]
+
+
+# -- sources --------------------------------------------------------------------------------
+
+
+def _domain(domain, prog):
+    domain = tuple(domain) if isinstance(domain, (tuple, list)) else (domain,)
+    return prog.sort_domain(domain)
+
+
+def tensor(array, domain=(), requires_grad=False, name=None) -> RecurrentTensor:
+    prog = current_program()
+    arr = np.array(array)
+    domain = tuple(domain) if isinstance(domain, (tuple, list)) else (domain,)
+    if arr.ndim < len(domain):
+        raise ShapeError(f"tl.tensor {name or ''}: array of {arr.ndim} axes cannot cover domain {domain}")
+    if prog.sort_domain(domain) != domain:
+        raise ShapeError(f"tl.tensor {name or ''}: domain {domain} must list dims in program order")
+    arr.setflags(write=False)
+    nid = prog.add(Op.DATA, domain, [arr.shape[len(domain):]], [arr.dtype], {"array": arr}, name=name)
+    if requires_grad:
+        prog.pdg.nodes[nid]["requires_grad"] = True
+    return RecurrentTensor(prog, nid)
+
+
+def const(value, shape=(), dtype=None, domain=(), name=None) -> RecurrentTensor:
+    prog = current_program()
+    if dtype is None:
+        dtype = result_dtype(value) if _is_scalar(value) else np.asarray(value).dtype
+        if np.dtype(dtype) == np.float64 and not isinstance(value, np.ndarray):
+            dtype = F32
+    arr = np.broadcast_to(np.asarray(value, dtype=dtype), tuple(shape) if shape else np.shape(value))
+    return _const(arr, prog, _domain(domain, prog), name=name)
+
+
+def zeros(shape, dtype="float32", domain=(), name=None):
+    return const(0, shape=tuple(shape) if isinstance(shape, (tuple, list)) else (shape,), dtype=dtype,
+                 domain=domain, name=name)
+
+
+def ones(shape, dtype="float32", domain=(), name=None):
+    return const(1, shape=tuple(shape) if isinstance(shape, (tuple, list)) else (shape,), dtype=dtype,
+                 domain=domain, name=name)
+
+
+def arange(n, dtype="int64", name=None):
+    return const(np.arange(int(n), dtype=dtype), dtype=dtype, name=name)
+
+
+def dim_value(d, name=None) -> RecurrentTensor:
+    prog = d.program
+    nid = prog.add(Op.DIM_VALUE, (d,), [()], [I64], {"dim": d.name}, name=name)
+    return RecurrentTensor(prog, nid)
+
+
+def placeholder(shape, dtype="float32", domain=(), name=None) -> RecurrentTensor:
+    prog = current_program()
+    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    shape = tuple(s.e if isinstance(s, Expr) else int(s) for s in shape)
+    nid = prog.add(Op.MERGE, _domain(domain, prog), [shape], [np.dtype(dtype)], {}, name=name)
+    return RecurrentTensor(prog, nid)
+
+
+# -- placeholder branches --------------------------------------------------------------------
+
+
+def add_branch(x: RecurrentTensor, key, value):
+    """``x[key] = value``: append a branch to placeholder ``x`` (first true branch wins)."""
+    if x.node.op is not Op.MERGE or x.out != 0:
+        raise CompileError(f"tensor {x.name!r} is not a placeholder; only placeholders take branch assignments")
+    prog, dom = x.prog, x.domain
+    conds, shift = [], [0] * len(dom)
+    if isinstance(key, (Cond, bool)):
+        conds.append(as_cond(key).c)
+    else:
+        key = key if isinstance(key, tuple) else (key,)
+        if len(key) > len(dom):
+            raise CompileError(
+                f"placeholder {x.name!r}: branch key {key} has more entries than its domain "
+                f"({', '.join(d.name for d in dom)})"
+            )
+        for k, (d, ent) in enumerate(zip(dom, tuple(key) + tuple(dom[len(key):]))):
+            if isinstance(ent, (Cond, bool, slice)) or not (isinstance(ent, Expr) or isinstance(ent, int)):
+                raise CompileError(
+                    f"placeholder {x.name!r}: branch key entry {k} ({ent!r}) must be {d.name}, "
+                    f"{d.name} + k (k >= 1) or a constant; conditions go alone (x[t > 0] = ...)"
+                )
+            e = sympy.sympify(ent.e if isinstance(ent, Expr) else int(ent))
+            others = {s for s in e.free_symbols if s != d.e and s not in prog._sym_to_bound}
+            if others:
+                raise CompileError(f"placeholder {x.name!r}: branch key entry {k} ({e}) may only use dim {d.name}")
+            if d.e in e.free_symbols:
+                k_shift = sympy.simplify(e - d.e)
+                if not k_shift.is_Integer or int(k_shift) < 0:
+                    raise CompileError(
+                        f"placeholder {x.name!r}: branch key entry {k} ({e}) must be {d.name} or "
+                        f"{d.name} + k with an int k >= 1 (no negative shifts)"
+                    )
+                if int(k_shift) > 0:
+                    shift[k] = int(k_shift)
+                    conds.append(sympy.Ge(d.e, int(k_shift)))
+            else:
+                conds.append(sympy.Eq(d.e, e))
+    cond = sympy.And(*conds) if conds else sympy.true
+    value = value if isinstance(value, RecurrentTensor) else as_tensor(value, dtype=x.dtype, prog=prog)
+    extra = [d for d in value.domain if d not in dom]
+    if extra:
+        raise CompileError(
+            f"placeholder {x.name!r}: the right-hand side {value.name!r} has dims "
+            f"{', '.join(d.name for d in extra)} outside the placeholder's domain "
+            f"({', '.join(d.name for d in dom)})"
+        )
+    try:
+        broadcast_shapes([value.shape, x.shape], [value.name, x.name])
+        if len(value.shape) > len(x.shape) or broadcast_shapes([value.shape, x.shape], [value.name, x.name]) != tuple(
+            x.shape
+        ):
+            raise ShapeError("")
+    except ShapeError:
+        raise ShapeError(
+            f"placeholder {x.name!r} of shape {x.shape}: branch value {value.name!r} of shape "
+            f"{value.shape} does not broadcast to it"
+        ) from None
+    value = cast(value, x.dtype)
+    if tuple(value.shape) != tuple(x.shape):
+        value = broadcast_to(value, x.shape)
+    index = tuple(d.e - shift[dom.index(d)] for d in value.domain)
+    pos = len(prog.pdg.inputs(x.nid))
+    prog.pdg.add_dep(x.nid, value.nid, Edge(pos=pos, out=value.out, index=index, cond=cond, shift=tuple(shift)))

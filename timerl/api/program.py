@@ -1,0 +1,108 @@
+"""Programs: the dims, the bounds, and the PDG recorded while user code runs."""
+
+from __future__ import annotations
+
+import threading
+
+from ..errors import CompileError, user_site
+from ..ir.expr import Bound, Dim
+from ..ir.ops import Edge, Node, Op
+from ..ir.pdg import PDG
+
+_local = threading.local()
+
+
+def current_program() -> "Program":
+    stack = getattr(_local, "stack", None)
+    if not stack:
+        raise CompileError("timerl ops must be created inside `with prog:` of a tl.Program")
+    return stack[-1]
+
+
+class Program:
+    """A recurrent-tensor program over symbolic dims (outermost first).
+
+    >>> prog = Program("i t")
+    >>> i, t = prog.dims
+    >>> I, T = prog.bounds
+    """
+
+    def __init__(self, dims):
+        names = dims.split() if isinstance(dims, str) else list(dims)
+        if len(set(names)) != len(names) or not names and not isinstance(dims, (str, list, tuple)):
+            raise ValueError(f"dim names must be distinct, got {names}")
+        self.dims = tuple(Dim(n, k, self) for k, n in enumerate(names))
+        self.bounds = tuple(d.bound for d in self.dims)
+        self.pdg = PDG()
+        self._count = 0
+        self._random_count = 0
+        self._sym_to_dim = {d.e: d for d in self.dims}
+        self._sym_to_bound = {b.e: b for b in self.bounds}
+        self.param_updates = []  # filled by tl.optim: (param node, update node)
+
+    # dims and bounds --------------------------------------------------------------
+    def dim(self, name: str) -> Dim:
+        for d in self.dims:
+            if d.name == name:
+                return d
+        raise KeyError(f"program has no dim {name!r}; dims are {[d.name for d in self.dims]}")
+
+    def bound(self, name: str) -> Bound:
+        for b in self.bounds:
+            if b.name == name:
+                return b
+        raise KeyError(f"program has no bound {name!r}; bounds are {[b.name for b in self.bounds]}")
+
+    def sort_domain(self, dims) -> tuple:
+        uniq = {}
+        for d in dims:
+            if d.program is not self:
+                raise CompileError(f"dim {d.name} belongs to another program")
+            uniq[id(d)] = d
+        return tuple(sorted(uniq.values(), key=lambda d: d.position))
+
+    # context ------------------------------------------------------------------
+    def __enter__(self):
+        if not hasattr(_local, "stack"):
+            _local.stack = []
+        _local.stack.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _local.stack.pop()
+        return False
+
+    # graph building -------------------------------------------------------------
+    def add(self, op: Op, domain, shapes, dtypes, attrs=None, inputs=(), name=None) -> int:
+        """Record a node; ``inputs`` is a list of (producer id, Edge)."""
+        n = self._count
+        self._count += 1
+        node = Node(
+            op=op,
+            domain=tuple(domain),
+            shapes=tuple(tuple(s) for s in shapes),
+            dtypes=tuple(dtypes),
+            attrs=dict(attrs or {}),
+            name=name or user_site(),
+            index=n,
+        )
+        self.pdg.add_op(n, node)
+        for p, e in inputs:
+            self.pdg.add_dep(n, p, e)
+        return n
+
+    def next_random_stream(self) -> int:
+        k = self._random_count
+        self._random_count += 1
+        return k
+
+    # compile ------------------------------------------------------------------------
+    def compile(self, bounds=None, backend="numba", seed=0, memory_budget=None, passes=None, check=None):
+        from .compile import compile_program
+
+        return compile_program(
+            self, bounds or {}, backend=backend, seed=seed, memory_budget=memory_budget, passes=passes, check=check
+        )
+
+    def __repr__(self):
+        return f"Program({' '.join(d.name for d in self.dims)})"

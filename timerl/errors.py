@@ -1,0 +1,31 @@
+"""Errors users see. Every message names the user's tensor (its `name=` or source line)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+class CompileError(Exception):
+    """A program that cannot be compiled: missing bound, bad read, cycle, unsupported dependence."""
+
+
+class ShapeError(ValueError):
+    """Spatial shapes or dtypes that do not combine."""
+
+
+class RuntimeFault(RuntimeError):
+    """An error raised while running a compiled program (e.g. max over an empty slice)."""
+
+
+def user_site() -> str:
+    """The first source line outside the timerl package on the current call stack."""
+    f = sys._getframe(1)
+    while f is not None:
+        fn = os.path.abspath(f.f_code.co_filename)
+        if not fn.startswith(_PKG_DIR + os.sep):
+            return f"{os.path.basename(fn)}:{f.f_lineno}"
+        f = f.f_back
+    return "<unknown>"

@@ -1,0 +1,239 @@
+"""Demand-driven domains and validation with isl.
+
+:func:`analyze` finds what every live node must compute (its *demanded* points,
+propagated backwards from sinks and parameter updates through the access relations)
+and checks the program: reads outside a producer's points, points with no branch,
+and cycles of reads that no order can compute.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import islpy as isl
+import networkx as nx
+
+from ..errors import CompileError
+from .expr import symbols_of
+from .ops import Op, Slice
+from .polyhedral import Model, fmt_point, sample
+
+
+@dataclasses.dataclass
+class Analysis:
+    model: Model
+    live: list  # node ids that something demands, in creation order
+    demand: dict  # node id -> isl.Set of demanded points
+    seconds: float = 0.0
+
+
+def live_nodes(pdg) -> set:
+    roots = pdg.roots()
+    live = set(roots)
+    for r in roots:
+        live |= nx.descendants(pdg, r)
+    return live
+
+
+def required_bounds(prog, pdg, live) -> dict:
+    """Bound name -> the first tensor that needs it."""
+    need = {}
+    names = {b.e: b.name for b in prog.bounds}
+    for n in sorted(live):
+        node = pdg.rec(n)
+        for d in node.domain:
+            need.setdefault(d.bound.name, node.name)
+        syms = set()
+        for _, e in pdg.inputs(n):
+            for ent in e.index:
+                syms |= symbols_of(ent.start) | symbols_of(ent.stop) if isinstance(ent, Slice) else symbols_of(ent)
+            if e.cond is not None:
+                syms |= symbols_of(e.cond)
+        for shp in node.shapes:
+            for s in shp:
+                if not isinstance(s, int):
+                    syms |= symbols_of(s)
+        for s in syms:
+            if s in names:
+                need.setdefault(names[s], node.name)
+    return need
+
+
+def resolve_bounds(prog, pdg, bounds: dict, live) -> dict:
+    """Check the user's bounds: known keys, positive ints, every needed bound present."""
+    out = {}
+    for k, v in bounds.items():
+        name = k.name if hasattr(k, "name") and hasattr(k, "dim") else k
+        if not isinstance(name, str) or name not in {b.name for b in prog.bounds}:
+            raise CompileError(
+                f"unknown bound {k!r} in compile(bounds=...); the program's bounds are "
+                f"{', '.join(b.name for b in prog.bounds)}"
+            )
+        if isinstance(v, bool) or not isinstance(v, int) and not hasattr(v, "__index__") or int(v) <= 0:
+            raise CompileError(f"bound {name} must be a positive int, got {v!r}")
+        out[name] = int(v)
+    for name, who in required_bounds(prog, pdg, live).items():
+        if name not in out:
+            raise CompileError(f"bound {name} is required (tensor {who!r} needs it); pass bounds={{{name!r}: ...}}")
+    for n in live:
+        node = pdg.rec(n)
+        if node.op is Op.DATA:
+            arr = node.attrs["array"]
+            for k, d in enumerate(node.domain):
+                if arr.shape[k] != out[d.bound.name]:
+                    raise CompileError(
+                        f"tensor {node.name!r}: its data has length {arr.shape[k]} along dim {d.name} but "
+                        f"bound {d.bound.name} = {out[d.bound.name]}; data must have exactly the points "
+                        f"0..{d.bound.name}-1"
+                    )
+    return out
+
+
+def _edges_into(pdg, live, n):
+    return [(c, e) for c, e in pdg.consumers(n) if c in live]
+
+
+def _image(model, c, p, e, dem_c):
+    return dem_c.apply(model.access(c, p, e.pos))
+
+
+def analyze(prog, pdg, bounds: dict, extra_seeds: dict | None = None) -> Analysis:
+    t0 = time.perf_counter()
+    live = live_nodes(pdg)
+    model = Model(prog, pdg, bounds)
+    seeds = {n: model.box_set(n) for n in pdg.roots()}
+    for n, s in (extra_seeds or {}).items():
+        seeds[n] = seeds[n].union(s) if n in seeds else s
+    sub = pdg.subgraph(live)
+    cond = nx.condensation(sub)
+    demand: dict = {}
+    for scc in nx.topological_sort(cond):
+        members = cond.nodes[scc]["members"]
+        incoming = {}
+        for n in members:
+            s = seeds.get(n, model.points(n).subtract(model.points(n)))
+            for c, e in _edges_into(pdg, live, n):
+                if c not in members:
+                    s = s.union(_image(model, c, n, e, demand[c]))
+            incoming[n] = s.coalesce()
+        cyclic = len(members) > 1 or sub.has_edge(next(iter(members)), next(iter(members)))
+        if not cyclic:
+            demand.update(incoming)
+        else:
+            demand.update(_demand_cycle(model, pdg, live, members, incoming))
+        for n in members:
+            _check_reads(model, pdg, live, n, demand)
+    for n in live:
+        if pdg.rec(n).op is Op.MERGE:
+            _check_branches(model, pdg, n, demand[n])
+    return Analysis(model, sorted(live), demand, time.perf_counter() - t0)
+
+
+def _intra(model, pdg, live, members):
+    um = None
+    for c in members:
+        for p, e in pdg.inputs(c):
+            if p in members:
+                m = isl.UnionMap.from_map(model.access(c, p, e.pos))
+                um = m if um is None else um.union(m)
+    return um
+
+
+def _demand_cycle(model, pdg, live, members, incoming):
+    R = _intra(model, pdg, live, members)
+    seed = None
+    for s in incoming.values():
+        u = isl.UnionSet.from_set(s)
+        seed = u if seed is None else seed.union(u)
+    closure, exact = R.transitive_closure()
+    reach = seed.union(seed.apply(closure)).coalesce()
+    dem = {n: _pick(reach, model, n) for n in members}
+    names = [pdg.rec(n).name for n in sorted(members)]
+    # a point that reads itself through the cycle: no order computes it
+    if exact:
+        own = isl.UnionSet.from_set(dem[sorted(members)[0]])
+        for n in members:
+            own = own.union(isl.UnionSet.from_set(dem[n]))
+        if not closure.intersect_domain(own).intersect(own.identity()).is_empty():
+            raise CompileError(_cycle_msg(names))
+    else:
+        # the closure over-approximates: refine to the greatest consistent demand
+        for _ in range(10000):
+            changed = False
+            for n in members:
+                s = incoming[n]
+                for c, e in _edges_into(pdg, live, n):
+                    if c in members:
+                        s = s.union(_image(model, c, n, e, dem[c]))
+                s = s.intersect(dem[n]).coalesce()
+                if not s.is_equal(dem[n]):
+                    dem[n], changed = s, True
+            if not changed:
+                break
+        _order_check(model, pdg, members, dem, R, names)
+    return dem
+
+
+def _pick(us, model, n):
+    sp = model.points(n).get_space()
+    return us.extract_set(sp).intersect(model.points(n)).coalesce()
+
+
+def _cycle_msg(names):
+    return (
+        "a cycle of reads has no order in which every point is computed before it is read; "
+        f"tensors on the cycle: {', '.join(repr(x) for x in names)}"
+    )
+
+
+def _order_check(model, pdg, members, dem, R, names):
+    dom = None
+    for n in members:
+        u = isl.UnionSet.from_set(dem[n])
+        dom = u if dom is None else dom.union(u)
+    dep = R.intersect_domain(dom).reverse()
+    sc = isl.ScheduleConstraints.on_domain(dom).set_validity(dep)
+    try:
+        sched = sc.compute_schedule()
+    except isl.Error:
+        sched = None
+    if sched is None:
+        raise CompileError(_cycle_msg(names))
+
+
+def _check_reads(model, pdg, live, p, demand):
+    """Every point a consumer reads from ``p`` must be one of ``p``'s points."""
+    pts = model.unlimited_points(p)
+    for c, e in _edges_into(pdg, live, p):
+        acc = model.access(c, p, e.pos)
+        # reads from the consumer's demanded points, without the domain restriction
+        img = demand[c].apply(acc)
+        bad = img.subtract(pts)
+        if bad.is_empty():
+            continue
+        where = demand[c].intersect(acc.intersect_range(bad).domain())
+        prod, cons = pdg.rec(p), pdg.rec(c)
+        one = isl.Set.from_point(where.sample_point())
+        pt = sample(one)
+        rd = sample(one.apply(acc).subtract(pts))
+        raise CompileError(
+            f"tensor {prod.name!r} is read at index {e.index_str()} outside its points at "
+            f"{fmt_point(cons.domain, pt)} (in {cons.name}): that reads point "
+            f"({fmt_point(prod.domain, rd)}); "
+            "exclude that point with a placeholder branch or change the index"
+        )
+
+
+def _check_branches(model, pdg, n, dem):
+    covered = None
+    for _, e in pdg.inputs(n):
+        s = model.cond_set(n, e.cond)
+        covered = s if covered is None else covered.union(s)
+    missing = dem if covered is None else dem.subtract(covered)
+    if not missing.is_empty():
+        pt = sample(missing)
+        raise CompileError(
+            f"placeholder {pdg.rec(n).name!r} is read at {fmt_point(pdg.rec(n).domain, pt)} but no branch applies there; "
+            "add a branch for it (e.g. an initial value x[..., 0] = ...)"
+        )

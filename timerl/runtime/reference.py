@@ -1,0 +1,301 @@
+"""The reference executor: the oracle that defines what every program means.
+
+It evaluates each demanded point of each live node, one at a time, with numpy.
+First it builds the point-level dependence DAG by a depth-first walk from the sinks
+(points depend only on points, never on values), which gives an evaluation order
+(the *demand order*) and a read count per point; then it runs that order, freeing
+each value after its last read. Slow by design; obviously correct.
+"""
+
+from __future__ import annotations
+
+import time
+
+import islpy as isl
+import numpy as np
+
+from ..errors import CompileError, RuntimeFault
+from ..ir import rng
+from ..ir.ops import Op, Slice, nbytes
+from ..ir.semantics import evaluate
+from .index import compile_cond, compile_expr, compile_index, projector
+
+
+class _Ctx:
+    __slots__ = ("node", "point", "resolve_fn")
+
+    def __init__(self, node, point, resolve_fn):
+        self.node, self.point, self.resolve_fn = node, point, resolve_fn
+
+    def resolve(self, e):
+        return self.resolve_fn(e, self.node, self.point)
+
+    def where(self):
+        return ", ".join(f"{d.name} = {v}" for d, v in zip(self.node.domain, self.point)) or "its only point"
+
+
+def enumerate_points(s) -> list[tuple]:
+    """The points of an isl set, sorted lexicographically."""
+    pts = []
+    st = isl.dim_type.set
+    s.foreach_point(lambda p: pts.append(tuple(
+        p.get_coordinate_val(st, k).to_python() for k in range(p.get_space().dim(st)))))
+    pts.sort()
+    return pts
+
+
+class ReferenceSchedule:
+    def __init__(self, order, pdg):
+        self.order, self.pdg = order, pdg
+
+    def __str__(self):
+        lines = ["# reference executor: demand order (point by point)"]
+        for n, pt in self.order[:200]:
+            node = self.pdg.rec(n)
+            where = ", ".join(f"{d.name}={v}" for d, v in zip(node.domain, pt))
+            lines.append(f"exec S{n} {node.op.value}:{node.name} [{where}]")
+        if len(self.order) > 200:
+            lines.append(f"# ... {len(self.order) - 200} more")
+        return "\n".join(lines)
+
+
+class ReferenceExecutable:
+    backend = "reference"
+
+    def __init__(self, prog, pdg, bounds, seed, analysis, compile_seconds):
+        self.prog, self.pdg, self.bounds, self.seed = prog, pdg, bounds, seed
+        self.analysis = analysis
+        self.stats = {"peak_bytes": 0, "peak_host_bytes": 0, "compile_seconds": dict(compile_seconds),
+                      "run_seconds": 0.0, "kernels": 0, "swapped_bytes": 0}
+        t0 = time.perf_counter()
+        self._prepare()
+        self.order, self.reads = self._plan()
+        self.stats["compile_seconds"]["plan"] = time.perf_counter() - t0
+        self.schedule = ReferenceSchedule(self.order, pdg)
+
+    # compile-time preparation ---------------------------------------------------------
+    def _prepare(self):
+        pdg, b, prog = self.pdg, self.bounds, self.prog
+        self.inputs = {}
+        for n in self.analysis.live:
+            node = pdg.rec(n)
+            ins = []
+            for p, e in pdg.inputs(n):
+                pnode = pdg.rec(p)
+                if node.op is Op.ACCESS or (node.op is Op.MERGE):
+                    f = compile_index(e.index, node.domain, b, prog)
+                else:
+                    f = projector(node.domain, pnode.domain)
+                cond = compile_cond(e.cond, node.domain, b, prog) if e.cond is not None else None
+                ins.append((p, e, f, cond))
+            self.inputs[n] = ins
+        # UDFs sharing a state key: a chain in (point, program order)
+        self.prev_state = {}
+        groups = {}
+        ndims = len(prog.dims)
+        for n in self.analysis.live:
+            node = pdg.rec(n)
+            if node.op is Op.UDF and node.attrs.get("state") is not None:
+                for pt in enumerate_points(self.analysis.demand[n]):
+                    full = [-1] * ndims
+                    for d, v in zip(node.domain, pt):
+                        full[d.position] = v
+                    groups.setdefault(node.attrs["state"], []).append((tuple(full), n, pt))
+        for insts in groups.values():
+            insts.sort()
+            for a, c in zip(insts, insts[1:]):
+                self.prev_state[(c[1], c[2])] = (a[1], a[2])
+        self._exprs = {}
+
+    def _deps(self, n, pt):
+        """(producer, points) this instance reads, per operand, plus state order."""
+        node = self.pdg.rec(n)
+        deps = []
+        if node.op is Op.MERGE:
+            for p, e, f, cond in self.inputs[n]:
+                if cond(pt):
+                    deps.append((p, e, [f(pt)], None))
+                    return deps
+            raise CompileError(f"placeholder {node.name!r} has no branch at {pt}")
+        for p, e, f, _ in self.inputs[n]:
+            if node.op is Op.ACCESS:
+                ent = f(pt)
+                ranges = [r for r in ent if isinstance(r, range)]
+                if not ranges:
+                    deps.append((p, e, [ent], None))
+                else:
+                    pts = [()]
+                    for r in ent:
+                        pts = [q + (v,) for q in pts for v in (r if isinstance(r, range) else (r,))]
+                    deps.append((p, e, pts, tuple(len(r) for r in ranges)))
+            else:
+                deps.append((p, e, [f(pt)], None))
+        return deps
+
+    def _plan(self):
+        """Depth-first walk from the sinks: evaluation order and read counts."""
+        order, reads, state = [], {}, {}
+        DONE, ACTIVE = 2, 1
+        sinks = [n for n in self.analysis.live if self.pdg.rec(n).op is Op.SINK]
+        sinks += [n for n in self.pdg.roots() if n not in sinks]
+        self.deps = {}
+        for s in sinks:
+            for pt in enumerate_points(self.analysis.demand[s]):
+                stack = [((s, pt), None)]
+                while stack:
+                    key, it = stack.pop()
+                    if it is None:
+                        if state.get(key) == DONE:
+                            continue
+                        if state.get(key) == ACTIVE:
+                            raise CompileError(f"cycle of reads through tensor {self.pdg.rec(key[0]).name!r} at {key[1]}")
+                        state[key] = ACTIVE
+                        deps = self._deps(*key)
+                        self.deps[key] = deps
+                        flat = [(p, q) for p, _, qs, _ in deps for q in qs]
+                        if key in self.prev_state:
+                            flat.append(self.prev_state[key])
+                        for d in flat:
+                            reads[d] = reads.get(d, 0) + (0 if d == self.prev_state.get(key) else 1)
+                        it = iter(flat)
+                    for d in it:
+                        if state.get(d) != DONE:
+                            if state.get(d) == ACTIVE:
+                                names = self.pdg.rec(d[0]).name
+                                raise CompileError(
+                                    f"a cycle of reads has no order in which every point is computed before it "
+                                    f"is read; tensors on the cycle include {names!r} (point {d[1]})")
+                            stack.append((key, it))
+                            stack.append((d, None))
+                            break
+                    else:
+                        state[key] = DONE
+                        order.append(key)
+        return order, reads
+
+    # run -----------------------------------------------------------------------------------
+    def _resolve(self, e, node, pt):
+        k = (e, node.domain)
+        if k not in self._exprs:
+            self._exprs[k] = compile_expr(e, node.domain, self.bounds, self.prog)
+        return int(self._exprs[k](pt))
+
+    def run(self, progress=False):
+        t0 = time.perf_counter()
+        vals, live_bytes, peak = {}, 0, 0
+        remaining = dict(self.reads)
+        bar = _Progress(len(self.order)) if progress else None
+        for step, key in enumerate(self.order):
+            n, pt = key
+            node = self.pdg.rec(n)
+            ins = []
+            for p, e, qs, shape in self.deps[key]:
+                got = [vals[(p, q)][e.out] for q in qs]
+                if shape is None:
+                    ins.append(got[0])
+                elif got:
+                    ins.append(np.stack(got).reshape(shape + got[0].shape))
+                else:
+                    pnode = self.pdg.rec(p)
+                    spatial = tuple(s if isinstance(s, int) else 0 for s in pnode.shapes[e.out])
+                    ins.append(np.zeros(shape + spatial, pnode.dtypes[e.out]))
+            out = self._eval(n, node, pt, ins)
+            if out is not None:
+                vals[key] = out
+                live_bytes += sum(o.nbytes for o in out)
+                peak = max(peak, live_bytes)
+            for p, _, qs, _ in self.deps[key]:
+                for q in qs:
+                    d = (p, q)
+                    remaining[d] -= 1
+                    if remaining[d] == 0:
+                        live_bytes -= sum(o.nbytes for o in vals.pop(d))
+            if out is not None and remaining.get(key, 0) == 0:
+                live_bytes -= sum(o.nbytes for o in vals.pop(key))
+            if bar:
+                bar.update(step + 1)
+        if bar:
+            bar.close()
+        self.stats["peak_bytes"] = peak
+        self.stats["run_seconds"] = time.perf_counter() - t0
+        return self
+
+    def _eval(self, n, node, pt, ins):
+        op = node.op
+        if op is Op.SINK:
+            vs = [_readonly(v) for v in ins]
+            point = {d.name: int(v) for d, v in zip(node.domain, pt)}
+            node.attrs["fn"](vs if node.attrs["multi"] else vs[0], point)
+            return None
+        if op in (Op.MERGE, Op.ACCESS):
+            return (ins[0],)
+        if op is Op.DATA:
+            return (np.asarray(node.attrs["array"][pt]),)
+        if op is Op.DIM_VALUE:
+            return (np.asarray(pt[0], dtype=np.int64),)
+        if op is Op.RANDOM:
+            logits = ins[0][None] if ins else None
+            v = rng.draw(node.attrs["dist"], self.seed, node.attrs["stream"], np.asarray([pt], dtype=np.int64),
+                         _concrete(node.shape, self, node, pt), node.dtype, node.attrs, logits)
+            return (v[0],)
+        if op is Op.UDF:
+            return call_udf(node, ins, pt)
+        return evaluate(node, ins, 0, _Ctx(node, pt, self._resolve))
+
+
+def _concrete(shape, exe, node, pt):
+    return tuple(s if isinstance(s, int) else exe._resolve(s, node, pt) for s in shape)
+
+
+def _readonly(v):
+    v = np.asarray(v)
+    v = v.view()
+    v.setflags(write=False)
+    return v
+
+
+def call_udf(node, ins, pt, batch=None):
+    """Call a UDF and check what it returns against its declared outputs."""
+    fn, batched = node.attrs["fn"], node.attrs["batched"]
+    args = [_readonly(v[None] if batched and batch is None else v) for v in ins]
+    where = ", ".join(f"{d.name} = {v}" for d, v in zip(node.domain, pt)) if pt is not None else "its points"
+    try:
+        res = fn(*args)
+    except Exception as e:  # noqa: BLE001 - the user's function failed; say where
+        raise RuntimeFault(f"udf {node.attrs['fn_name']!r} ({node.name}) raised at {where}: {type(e).__name__}: {e}") from e
+    n_out = node.attrs["n_out"]
+    res = (res,) if n_out == 1 and not isinstance(res, (tuple, list)) else tuple(res)
+    if len(res) != n_out:
+        raise RuntimeFault(f"udf {node.attrs['fn_name']!r} ({node.name}) returned {len(res)} values at {where}, "
+                           f"declared {n_out}")
+    out = []
+    for k, (r, shape, dt) in enumerate(zip(res, node.shapes, node.dtypes)):
+        r = np.asarray(r)
+        if batched and batch is None:
+            r = r[0]
+        want = tuple(shape) if batch is None else tuple(batch) + tuple(shape)
+        if r.shape != want and all(isinstance(s, int) for s in shape):
+            raise RuntimeFault(f"udf {node.attrs['fn_name']!r} ({node.name}) output {k} has shape {r.shape} at "
+                               f"{where}, declared {tuple(shape)}")
+        out.append(np.array(r, dtype=dt))
+    return tuple(out)
+
+
+class _Progress:
+    def __init__(self, total, label="points"):
+        self.total, self.label, self.t0, self.last = total, label, time.perf_counter(), 0.0
+
+    def update(self, k):
+        now = time.perf_counter()
+        if now - self.last < 0.2 and k < self.total:
+            return
+        self.last = now
+        frac = k / max(1, self.total)
+        bar = "#" * int(30 * frac)
+        print(f"\r[{bar:<30}] {k}/{self.total} {self.label} {now - self.t0:.1f}s", end="", flush=True)
+
+    def close(self):
+        print()
+
+
+__all__ = ["ReferenceExecutable", "Slice", "nbytes"]
