@@ -17,6 +17,7 @@ from .api.functions import abs, exp, log, max, min, relu, sigmoid, sign, sqrt, t
 from .api.world import sink, udf
 from .api import random
 from . import config
+from . import rl
 
 __version__ = "0.1.0"
 
