@@ -88,6 +88,10 @@ def result_dtype(*xs) -> np.dtype:
             return I64
         return BOOL
     r = np.result_type(*strong)
+    floats = [d for d in strong if d.kind == "f"]
+    if floats and r == np.float64 and np.dtype("float64") not in floats:
+        # an int tensor with a float32 one: float64 appears only from float64 data
+        r = max(floats, key=lambda d: d.itemsize)
     for w in weak:
         if isinstance(w, bool):
             continue
@@ -357,8 +361,13 @@ def stack(xs, axis=0) -> RecurrentTensor:
     xs = [as_tensor(x) for x in xs]
     if not xs:
         raise ShapeError("tl.stack needs at least one tensor")
+    for x in xs[1:]:
+        if x.ndim != xs[0].ndim or any(not _eq(a, b) for a, b in zip(xs[0].shape, x.shape)):
+            raise ShapeError(f"tl.stack: {xs[0].name!r} {xs[0].shape} and {x.name!r} {x.shape} differ in shape")
     nd = xs[0].ndim + 1
     ax = axis + nd if axis < 0 else axis
+    if not 0 <= ax < nd:
+        raise ShapeError(f"tl.stack: axis {axis} out of range for {nd - 1}-d tensors like {xs[0].name!r}")
     return concat([unsqueeze(x, ax) for x in xs], axis=ax)
 
 
@@ -380,10 +389,25 @@ def unsqueeze(x, axis) -> RecurrentTensor:
     return make(Op.RESHAPE, [x], [shape], [x.dtype], {"shape": shape})[0]
 
 
-_SENTINEL = 1_000_003
+def _slice_len(sl: slice, n):
+    """Length of ``range(n)[sl]`` for an int or symbolic ``n`` (symbolic: step 1 only)."""
+    if isinstance(n, int):
+        return len(range(n)[sl])
+    if sl.step not in (None, 1):
+        raise ShapeError("a symbolic axis can only be sliced with step 1")
+    L = sympy.sympify(n)
+
+    def norm(v, default):
+        if v is None:
+            return default
+        return sympy.Min(int(v), L) if v >= 0 else sympy.Max(0, L + int(v))
+
+    out = sympy.Max(0, norm(sl.stop, L) - norm(sl.start, sympy.Integer(0)))
+    return int(out) if out.is_Integer else out
 
 
 def spatial_index(x, key) -> RecurrentTensor:
+    """NumPy basic indexing of the spatial axes (ints, slices, None, ...); symbolic axes allowed."""
     x = as_tensor(x)
     key = key if isinstance(key, tuple) else (key,)
     if any(isinstance(k, RecurrentTensor) for k in key):
@@ -397,28 +421,33 @@ def spatial_index(x, key) -> RecurrentTensor:
         if isinstance(k, slice) and any(v is not None and not isinstance(v, (int, np.integer))
                                         for v in (k.start, k.stop, k.step)):
             raise ShapeError(f"tensor {x.name!r}: spatial slices take int bounds, got {k!r}")
-    syms = {}
-    probe = []
-    for k, s in enumerate(x.shape):
-        if isinstance(s, int):
-            probe.append(s)
-        else:
-            syms[_SENTINEL + k] = s
-            probe.append(_SENTINEL + k)
-    dummy = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shape=tuple(probe), strides=(0,) * len(probe))
-    try:
-        out_shape = dummy[key].shape
-    except IndexError as e:
-        raise ShapeError(f"tensor {x.name!r} of shape {x.shape}: index {key!r} is out of range ({e})") from None
-    shape = []
-    for s in out_shape:
-        if s in syms:
-            shape.append(syms[s])
-        elif s > _SENTINEL // 2:
-            raise ShapeError(f"tensor {x.name!r}: a symbolic axis can only be taken whole (':') or at an int")
-        else:
-            shape.append(s)
-    return make(Op.SLICE, [x], [tuple(shape)], [x.dtype], {"key": key})[0]
+    if sum(1 for k in key if k is Ellipsis) > 1:
+        raise ShapeError(f"tensor {x.name!r}: at most one ... in an index")
+    used = sum(1 for k in key if k is not None and k is not Ellipsis)
+    if used > x.ndim:
+        raise ShapeError(f"tensor {x.name!r} of shape {x.shape}: index {key!r} has too many entries")
+    full = []
+    for k in key:
+        full.extend([slice(None)] * (x.ndim - used) if k is Ellipsis else [k])
+    if Ellipsis not in key:
+        full.extend([slice(None)] * (x.ndim - used))
+    shape, ax = [], 0
+    for k in full:
+        if k is None:
+            shape.append(1)
+            continue
+        n = x.shape[ax]
+        ax += 1
+        if isinstance(k, slice):
+            try:
+                shape.append(_slice_len(k, n))
+            except ShapeError as e:
+                raise ShapeError(f"tensor {x.name!r} of shape {x.shape}: {e}") from None
+        elif isinstance(n, int) and not -n <= int(k) < n:
+            raise ShapeError(f"tensor {x.name!r} of shape {x.shape}: index {int(k)} is out of range for axis "
+                             f"{ax - 1} of length {n}")
+    norm = tuple(int(k) if isinstance(k, (int, np.integer)) else k for k in full)
+    return make(Op.SLICE, [x], [tuple(shape)], [x.dtype], {"key": norm})[0]
 
 
 def take(x, idx, axis=None) -> RecurrentTensor:

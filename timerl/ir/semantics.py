@@ -10,6 +10,8 @@ Sources that depend on the point (DATA, DIM_VALUE, RANDOM) and the recurrence/wo
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from ..errors import RuntimeFault
@@ -121,7 +123,8 @@ def _reduce(node, ins, nb, ctx):
         return ((x * g**k).sum(axis=ax).astype(node.dtype, copy=False),)
     if fn in ("max", "min", "argmax") and any(x.shape[a] == 0 for a in axes):
         _empty_fault(fn, node, ctx)
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # mean/std of an empty slice is NaN by design
         if fn == "argmax":
             if node.attrs["flat"]:
                 flat = x.reshape(x.shape[:nb] + (-1,))
@@ -213,7 +216,10 @@ def _concat(node, ins, nb, ctx):
 
 @rule(Op.SLICE)
 def _slice(node, ins, nb, ctx):
-    return (ins[0][(slice(None),) * nb + tuple(node.attrs["key"])],)
+    try:
+        return (ins[0][(slice(None),) * nb + tuple(node.attrs["key"])],)
+    except IndexError as e:
+        raise RuntimeFault(f"index out of range in tensor {node.name!r} at {ctx.where()}: {e}") from None
 
 
 @rule(Op.TAKE)
