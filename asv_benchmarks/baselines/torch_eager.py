@@ -1,0 +1,256 @@
+"""PPO and REINFORCE as a CleanRL-style PyTorch eager loop (cleanrl/ppo.py,
+ppo_continuous_action.py), ``torch==2.13.0`` (the ``bench`` extra), one thread.
+
+    python -m asv_benchmarks.baselines.torch_eager ppo --env CartPole-v1 --num-envs 8 --json
+
+Same hyper-parameters, environments and network as ``numpy_eager`` (and ``timerl bench``);
+no lr annealing. ``peak_bytes`` here is our own accounting: a ``TorchDispatchMode`` adds
+the bytes of every new tensor storage an aten op (or factory) produces — parameters,
+optimizer state, rollout buffers, activations saved for backward, gradients, temporaries
+— and subtracts them when the storage is freed (a finalizer on the storage); we report
+the peak of that sum from the learner's construction through 2 iterations. Numpy arrays
+held by the environment are not tensors and are not counted.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import weakref
+
+if __name__ == "__main__":  # pin BLAS/OpenMP to one thread before numpy/torch load
+    from asv_benchmarks.baselines import pin_threads
+
+    pin_threads(os.environ)
+
+import numpy as np
+import torch
+from torch import nn
+from torch.distributions import Categorical, Normal
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from .common import Args, args_from, bench, emit, gae, make_env, parser, returns_mc, returns_nstep
+
+torch.set_num_threads(1)
+
+
+def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+def mlp(n_in, hidden, layers, n_out, out_std):
+    mods, width = [], n_in
+    for _ in range(layers):
+        mods += [layer_init(nn.Linear(width, hidden)), nn.Tanh()]
+        width = hidden
+    mods.append(layer_init(nn.Linear(width, n_out), std=out_std))
+    return nn.Sequential(*mods)
+
+
+class Agent(nn.Module):
+    def __init__(self, obs_dim, env, args: Args, critic=True):
+        super().__init__()
+        self.discrete = env.discrete
+        n_out = env.num_actions if env.discrete else env.action_dim
+        self.actor = mlp(obs_dim, args.hidden, args.layers, n_out, 0.01)
+        if not env.discrete:
+            self.actor_logstd = nn.Parameter(torch.zeros(1, n_out))
+        self.critic = mlp(obs_dim, args.hidden, args.layers, 1, 1.0) if critic else None
+
+    def get_value(self, x):
+        return self.critic(x)
+
+    def dist(self, x):
+        out = self.actor(x)
+        if self.discrete:
+            return Categorical(logits=out)
+        return Normal(out, torch.exp(self.actor_logstd.expand_as(out)))
+
+    def get_action(self, x, action=None):
+        d = self.dist(x)
+        if action is None:
+            action = d.sample()
+        if self.discrete:
+            return action, d.log_prob(action), d.entropy()
+        return action, d.log_prob(action).sum(1), d.entropy().sum(1)
+
+
+class _Learner:
+    def __init__(self, args: Args, critic=True, dtype=torch.float32):
+        self.args = args
+        torch.manual_seed(args.seed)
+        self.env = make_env(args)
+        self.obs_dim = int(np.prod(self.env.obs_shape))
+        self.agent = Agent(self.obs_dim, self.env, args, critic).to(dtype)
+        self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=args.lr, eps=1e-5)
+        T, N = args.num_steps, args.num_envs
+        act_shape = (T, N) if self.env.discrete else (T, N, self.env.action_dim)
+        self.obs = torch.zeros((T, N, self.obs_dim), dtype=dtype)
+        self.actions = torch.zeros(act_shape, dtype=torch.int64 if self.env.discrete else dtype)
+        self.logprobs = torch.zeros((T, N), dtype=dtype)
+        self.rewards = torch.zeros((T, N), dtype=dtype)
+        self.dones = torch.zeros((T, N), dtype=dtype)
+        self.values = torch.zeros((T, N), dtype=dtype) if critic else None
+        self.next_obs = torch.as_tensor(self.env.reset().reshape(N, -1), dtype=dtype)
+        self.returns_seen = []
+        self._ep_ret = np.zeros(N)
+
+    def rollout(self):
+        for step in range(self.args.num_steps):
+            self.obs[step] = self.next_obs
+            with torch.no_grad():
+                action, logprob, _ = self.agent.get_action(self.next_obs)
+                if self.values is not None:
+                    self.values[step] = self.agent.get_value(self.next_obs).flatten()
+            self.actions[step] = action
+            self.logprobs[step] = logprob
+            o, r, d = self.env.step(action.numpy())
+            self.rewards[step] = torch.as_tensor(r)
+            self.dones[step] = torch.as_tensor(d)
+            self._ep_ret += r
+            if d.any():
+                self.returns_seen.extend(self._ep_ret[d].tolist())
+                self._ep_ret[d] = 0.0
+            self.next_obs = torch.as_tensor(o.reshape(len(o), -1), dtype=self.obs.dtype)
+
+    def step_optimizer(self, loss):
+        self.optimizer.zero_grad()
+        loss.backward()
+        if self.args.max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(self.agent.parameters(), self.args.max_grad_norm)
+        self.optimizer.step()
+
+    def summary(self):
+        last = self.returns_seen[-10:]
+        return {"mean_return": float(np.mean(last)) if last else None}
+
+
+class PPO(_Learner):
+    def iteration(self):
+        args = self.args
+        self.rollout()
+        with torch.no_grad():
+            next_value = self.agent.get_value(self.next_obs).flatten()
+            adv = torch.as_tensor(gae(self.rewards.numpy(), self.values.numpy(), self.dones.numpy(),
+                                      next_value.numpy(), args.gamma, args.gae_lambda))
+            returns = adv + self.values
+        B = args.batch_size
+        b = {"obs": self.obs.reshape(B, -1), "actions": self.actions.reshape((B,) + self.actions.shape[2:]),
+             "logp": self.logprobs.reshape(-1), "adv": adv.reshape(-1), "ret": returns.reshape(-1),
+             "values": self.values.reshape(-1)}
+        mb_size = B // args.minibatches
+        for _ in range(args.epochs):
+            perm = torch.randperm(B)
+            for start in range(0, B, mb_size):
+                mb = perm[start:start + mb_size]
+                self.step_optimizer(self.loss({k: v[mb] for k, v in b.items()}))
+
+    def loss(self, mb):
+        args = self.args
+        _, newlogprob, entropy = self.agent.get_action(mb["obs"], mb["actions"])
+        newvalue = self.agent.get_value(mb["obs"]).view(-1)
+        ratio = (newlogprob - mb["logp"]).exp()
+        mb_adv = mb["adv"]
+        if args.norm_adv:
+            mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
+        pg_loss1 = -mb_adv * ratio
+        pg_loss2 = -mb_adv * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+        pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+        if args.clip_vloss:
+            v_loss_unclipped = (newvalue - mb["ret"]) ** 2
+            v_clipped = mb["values"] + torch.clamp(newvalue - mb["values"], -args.clip_coef, args.clip_coef)
+            v_loss_clipped = (v_clipped - mb["ret"]) ** 2
+            v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+        else:
+            v_loss = 0.5 * ((newvalue - mb["ret"]) ** 2).mean()
+        return pg_loss - args.ent_coef * entropy.mean() + v_loss * args.vf_coef
+
+
+class Reinforce(_Learner):
+    """loss = -mean(log pi(a|o) G); MC returns, or n-step returns with a critic."""
+
+    def __init__(self, args: Args, dtype=torch.float32):
+        super().__init__(args, critic=args.nstep is not None, dtype=dtype)
+
+    def iteration(self):
+        args = self.args
+        self.rollout()
+        r, d = self.rewards.numpy(), self.dones.numpy()
+        if args.nstep is None:
+            G = returns_mc(r, d, args.gamma)
+        else:
+            with torch.no_grad():
+                last_value = self.agent.get_value(self.next_obs).flatten()
+            G = returns_nstep(r, d, self.values.numpy(), last_value.numpy(), args.nstep, args.gamma)
+        B = args.batch_size
+        mb = {"obs": self.obs.reshape(B, -1), "actions": self.actions.reshape((B,) + self.actions.shape[2:]),
+              "ret": torch.as_tensor(G).reshape(-1)}
+        self.step_optimizer(self.loss(mb))
+
+    def loss(self, mb):
+        _, logprob, _ = self.agent.get_action(mb["obs"], mb["actions"])
+        loss = -(logprob * mb["ret"]).mean()
+        if self.agent.critic is not None:
+            v = self.agent.get_value(mb["obs"]).view(-1)
+            loss = loss + self.args.vf_coef * 0.5 * ((v - mb["ret"]) ** 2).mean()
+        return loss
+
+
+LEARNERS = {"ppo": PPO, "reinforce": Reinforce}
+
+
+class StorageBytes(TorchDispatchMode):
+    """Live bytes of tensor storages created while active, and their peak."""
+
+    def __init__(self):
+        super().__init__()
+        self.live = self.peak = 0
+        self._seen = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor):
+                st = t.untyped_storage()
+                key, n = st.data_ptr(), st.nbytes()
+                if n == 0 or key in self._seen:
+                    continue
+                self._seen.add(key)
+                self.live += n
+                self.peak = max(self.peak, self.live)
+                weakref.finalize(st, self._free, key, n)
+        return out
+
+    def _free(self, key, n):
+        self._seen.discard(key)
+        self.live -= n
+
+
+def measure_peak(make, iterations):
+    with StorageBytes() as mode:
+        learner = make()
+        for _ in range(iterations):
+            learner.iteration()
+        peak = mode.peak
+        del learner
+    return peak
+
+
+def run_bench(algo, args: Args, memory=True):
+    return bench(LEARNERS[algo], args, measure_peak if memory else None, system="torch", algo=algo)
+
+
+def main(argv=None):
+    ns = parser("python -m asv_benchmarks.baselines.torch_eager").parse_args(argv)
+    torch.set_num_threads(1)
+    result = run_bench(ns.algo, args_from(ns), memory=not ns.no_memory)
+    result["torch"] = torch.__version__
+    emit(result, ns.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
