@@ -6,5 +6,8 @@
 
 from .envs import Env, EnvError, make_env
 from .returns import discounted_returns, gae, nstep_returns
+from .common import ArgError
+from .reinforce import reinforce
+from .ppo import ppo
 
-__all__ = ["Env", "EnvError", "make_env", "discounted_returns", "gae", "nstep_returns"]
+__all__ = ["Env", "EnvError", "make_env", "discounted_returns", "gae", "nstep_returns", "ArgError", "reinforce", "ppo"]

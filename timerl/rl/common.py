@@ -1,0 +1,149 @@
+"""Plumbing shared by the algorithm files: arguments, checks, policies' shapes, logging.
+
+Nothing here is part of an algorithm; reinforce.py and ppo.py read top to bottom without it.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import math
+import time
+
+import numpy as np
+
+
+class ArgError(ValueError):
+    """A bad algorithm argument (a CLI flag value)."""
+
+
+@dataclasses.dataclass
+class CommonArgs:
+    env: str = "CartPole-v1"
+    """gymnasium environment id, or "trivial" (the paper's synthetic env)"""
+    num_envs: int = 8
+    """N: environments stepped together (the leading spatial axis of every rollout tensor)"""
+    num_steps: int = 128
+    """T: steps per env per iteration (the rollout length)"""
+    total_steps: int = 500_000
+    """env steps to train for: I = total_steps // (N * T) iterations"""
+    seed: int = 0
+    """seed of the env and of every random op (initialisation, sampling, shuffles)"""
+    backend: str = "numba"
+    """compiler backend: reference, numpy, numba or cuda"""
+    lr: float = 2.5e-4
+    """Adam learning rate (annealed linearly to 0 over the iterations when anneal_lr)"""
+    anneal_lr: bool = True
+    """anneal the learning rate linearly to 0 over the iterations"""
+    gamma: float = 0.99
+    """γ: discount factor"""
+    hidden: int = 64
+    """width of each hidden layer of the policy (and critic) MLPs"""
+    layers: int = 2
+    """number of hidden layers"""
+    max_grad_norm: float = 0.5
+    """global-norm gradient clipping threshold (0: no clipping)"""
+    obs_shape: tuple = None
+    """observation shape of the "trivial" env, e.g. (3, 4, 4)"""
+
+
+def field_docs(cls) -> dict:
+    """The docstring literal after each dataclass field (CleanRL/tyro style), per field name."""
+    docs = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            tree = ast.parse(inspect.getsource(klass).lstrip())
+        except (OSError, TypeError):
+            continue
+        body = tree.body[0].body
+        for a, b in zip(body, body[1:]):
+            if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant):
+                docs[a.target.id] = str(b.value.value)
+    return docs
+
+
+def make_args(cls, kwargs):
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(kwargs) - names)
+    if unknown:
+        raise ArgError(f"unknown argument(s) {', '.join(unknown)}; {cls.__module__.split('.')[-1]} takes "
+                       f"{', '.join(sorted(names))}")
+    args = cls(**kwargs)
+    check_args(args)
+    return args
+
+
+def check_args(args):
+    def need(ok, msg):
+        if not ok:
+            raise ArgError(msg)
+
+    for f in ("num_envs", "num_steps", "total_steps", "hidden", "layers"):
+        v = getattr(args, f)
+        need(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v > 0,
+             f"--{f.replace('_', '-')} must be a positive int, got {v!r}")
+    need(isinstance(args.seed, (int, np.integer)) and not isinstance(args.seed, bool), f"--seed must be an int, got {args.seed!r}")
+    need(args.total_steps >= args.num_envs * args.num_steps,
+         f"--total-steps {args.total_steps} is less than one iteration (--num-envs x --num-steps = "
+         f"{args.num_envs * args.num_steps})")
+    need(math.isfinite(args.lr) and args.lr > 0, f"--lr must be a positive number, got {args.lr!r}")
+    need(0.0 <= args.gamma <= 1.0, f"--gamma must be in [0, 1], got {args.gamma!r}")
+    need(math.isfinite(args.max_grad_norm) and args.max_grad_norm >= 0,
+         f"--max-grad-norm must be >= 0, got {args.max_grad_norm!r}")
+    from ..api.compile import BACKENDS
+
+    need(args.backend in BACKENDS, f"--backend must be one of {', '.join(BACKENDS)}, got {args.backend!r}")
+    if args.obs_shape is not None:
+        need(args.env == "trivial", f"--obs-shape applies only to the trivial env, not {args.env!r}")
+        need(all(isinstance(s, (int, np.integer)) and s > 0 for s in args.obs_shape),
+             f"--obs-shape entries must be positive ints, got {args.obs_shape!r}")
+
+
+def iterations(args) -> int:
+    return args.total_steps // (args.num_envs * args.num_steps)
+
+
+def env_kwargs(args) -> dict:
+    return {"obs_shape": tuple(args.obs_shape)} if args.obs_shape is not None else {}
+
+
+def mlp_sizes(n_in, args, n_out) -> list:
+    return [n_in] + [args.hidden] * args.layers + [n_out]
+
+
+class History:
+    """One row per iteration, assembled by sinks while the program runs.
+
+    ``callback(row)`` (if given) sees each row as soon as it is complete: ``iteration``,
+    ``env_steps``, ``mean_return`` (last 10 finished episodes, NaN before the first),
+    ``episodes``, the losses, and ``seconds`` since the run started.
+    """
+
+    def __init__(self, env, args, loss_names, callback=None):
+        self.env, self.args, self.loss_names, self.callback = env, args, list(loss_names), callback
+        self.rows = []
+        self.t0 = None
+
+    def start(self):
+        self.rows = []
+        self.t0 = time.perf_counter()
+
+    def record(self, i, losses):
+        if self.t0 is None or (i == 0 and self.rows):
+            self.start()
+        env = self.env
+        row = {"iteration": int(i) + 1, "env_steps": (int(i) + 1) * env.num_envs * self.args.num_steps,
+               "mean_return": env.recent_return(10), "episodes": len(env.episode_returns)}
+        for k, v in zip(self.loss_names, losses):
+            row[k] = float(v)
+        row["seconds"] = time.perf_counter() - self.t0
+        self.rows.append(row)
+        if self.callback is not None:
+            self.callback(row)
+
+    def sink_fn(self):
+        """For ``tl.sink([loss terms over (i,)], fn)``."""
+        return lambda vals, point: self.record(point["i"], vals)

@@ -1,0 +1,149 @@
+"""PPO (Schulman et al., 2017) as practitioners run it, as one recurrent-tensor program.
+
+    exe = tl.rl.ppo(env="CartPole-v1", num_envs=8, num_steps=128, total_steps=500_000)
+    exe.run()
+    print(exe.history.rows[-1])
+
+Dims: ``i`` (iteration), ``t`` (step in the rollout), ``k`` (update within an iteration:
+``epochs x minibatches`` of them). Acting runs over ``(i, t)`` with the parameters at the
+start of the iteration; GAE is a backward recurrence over ``t`` bootstrapped from the
+critic on ``o[i, T]``; the learner reads the rollout through constant slices
+(``o[i, 0:T]``), draws a fresh ``tl.random.permutation`` per epoch and takes minibatch
+``k % minibatches`` of it; ``opt.step(loss, dim=k)`` adds the update recurrence along ``k``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from .common import ArgError, CommonArgs, History, env_kwargs, iterations, make_args
+
+
+@dataclasses.dataclass
+class Args(CommonArgs):
+    epochs: int = 4
+    """K epochs: passes over the rollout per iteration"""
+    minibatches: int = 4
+    """minibatches per epoch (must divide N * T)"""
+    gae_lambda: float = 0.95
+    """λ of generalized advantage estimation"""
+    clip_coef: float = 0.2
+    """ε: the surrogate clipping coefficient"""
+    ent_coef: float = 0.01
+    """entropy bonus coefficient"""
+    vf_coef: float = 0.5
+    """value-loss coefficient"""
+    norm_adv: bool = True
+    """normalise advantages per minibatch"""
+    clip_vloss: bool = True
+    """clip the value loss like the surrogate (as in the original implementation)"""
+
+
+def check(args):
+    for f in ("epochs", "minibatches"):
+        v = getattr(args, f)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ArgError(f"--{f} must be a positive int, got {v!r}")
+    batch = args.num_envs * args.num_steps
+    if batch % args.minibatches:
+        raise ArgError(f"--minibatches {args.minibatches} must divide --num-envs x --num-steps = {batch}")
+    if not 0.0 <= args.gae_lambda <= 1.0:
+        raise ArgError(f"--gae-lambda must be in [0, 1], got {args.gae_lambda!r}")
+    for f in ("clip_coef", "ent_coef", "vf_coef"):
+        v = getattr(args, f)
+        if not (math.isfinite(v) and v >= 0):
+            raise ArgError(f"--{f.replace('_', '-')} must be >= 0, got {v!r}")
+
+
+def build(args: Args, callback=None):
+    """The PPO program: returns ``(prog, bounds, history)``."""
+    import timerl as tl
+
+    from .policies import Actor, Critic
+
+    prog = tl.Program("i t k")
+    i, t, k = prog.dims
+    I, T, K = prog.bounds
+    n_iter = iterations(args)
+    N, M = args.num_envs, args.minibatches
+    B = N * args.num_steps                        # batch: the whole rollout
+    mb = B // M                                   # minibatch size
+    with prog:
+        env = tl.rl.make_env(args.env, args.num_envs, args.seed, **env_kwargs(args))
+        actor = Actor(env, args, domain=(i, k))
+        critic = Critic(env, args, domain=(i, k))
+        act_actor, act_critic = actor.at(k, 0), critic.at(k, 0)   # the parameters as the iteration starts
+
+        # -- acting ------------------------------------------------------------------------------------
+        o = tl.placeholder(env.observation_shape, "float32", (i, t), name="o")
+        o[0, 0] = env.reset()
+        o[i, 0] = o[i - 1, T]
+        pi = act_actor.dist(o)
+        a = pi.sample()
+        logp = pi.log_prob(a)
+        v = act_critic(o)                                  # points t = 0..T: V(o_T) bootstraps GAE
+        o[i, t + 1], r, done = env.step(a)
+
+        # -- advantages: GAE, a backward recurrence over t -----------------------------------------
+        adv = tl.rl.gae(r, v.detach(), done, args.gamma, args.gae_lambda)
+        ret = adv + v.detach()
+
+        # -- the rollout as one batch of B = N * T samples --------------------------------------------
+        def batch(x, *trail):
+            return x[i, 0:T].detach().reshape((B,) + trail)
+
+        obs_dim = math.prod(env.single_observation_shape)
+        b_obs = batch(o.reshape((N, obs_dim)) if len(env.single_observation_shape) > 1 else o, obs_dim)
+        b_a = batch(a, *env.single_action_shape)
+        b_logp, b_adv, b_ret, b_v = batch(logp), batch(adv), batch(ret), batch(v)
+
+        # -- minibatch k: a fresh shuffle per epoch, minibatch k % M of it --------------------------------
+        perm = tl.random.permutation(B, domain=(i, k))
+        shuffle = tl.placeholder((B,), "int64", (i, k), name="shuffle")
+        shuffle[(k % M) == 0] = perm
+        shuffle[True] = shuffle[i, k - 1]
+        idx = shuffle.reshape((M, mb)).take(tl.dim_value(k) % M, axis=0)     # (mb,)
+        mb_obs, mb_a = b_obs.take(idx, axis=0), b_a.take(idx, axis=0)
+        mb_logp, mb_adv, mb_ret, mb_v = (x.take(idx, axis=0) for x in (b_logp, b_adv, b_ret, b_v))
+
+        # -- losses at update k --------------------------------------------------------------------------
+        new = actor.dist(mb_obs)
+        new_logp, entropy = new.log_prob(mb_a), new.entropy().mean()
+        ratio = tl.exp(new_logp - mb_logp)
+        if args.norm_adv:
+            mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
+        pg_loss = tl.maximum(-mb_adv * ratio,
+                             -mb_adv * tl.clip(ratio, 1.0 - args.clip_coef, 1.0 + args.clip_coef)).mean()
+        new_v = critic(mb_obs)
+        if args.clip_vloss:
+            v_clipped = mb_v + tl.clip(new_v - mb_v, -args.clip_coef, args.clip_coef)
+            v_loss = 0.5 * tl.maximum((new_v - mb_ret) ** 2, (v_clipped - mb_ret) ** 2).mean()
+        else:
+            v_loss = 0.5 * ((new_v - mb_ret) ** 2).mean()
+        loss = pg_loss - args.ent_coef * entropy + args.vf_coef * v_loss
+        approx_kl = ((ratio - 1.0) - tl.log(ratio)).mean()
+
+        # -- the update recurrence along k, with linear annealing over i -----------------------------------
+        lr = args.lr * (1.0 - tl.dim_value(i).astype("float32") / n_iter) if args.anneal_lr else args.lr
+        opt = tl.optim.Adam(actor.parameters() + critic.parameters(), lr=lr, eps=1e-5,
+                            max_grad_norm=args.max_grad_norm or None)
+        opt.step(loss, dim=k)
+
+        history = History(env, args, ["pg_loss", "v_loss", "entropy", "approx_kl"], callback)
+        last = [x[i, K - 1] for x in (pg_loss, v_loss, entropy, approx_kl)]   # the iteration's last update
+        tl.sink(last, history.sink_fn(), name="log")
+    return prog, {I: n_iter, T: args.num_steps, K: args.epochs * M}, history
+
+
+def ppo(callback=None, **kwargs):
+    """Build and compile PPO; keyword arguments are the fields of :class:`Args` (the CLI flags).
+
+    The executable carries ``exe.history`` (rows per iteration), ``exe.env`` and ``exe.args``.
+    """
+    args = make_args(Args, kwargs)
+    check(args)
+    prog, bounds, history = build(args, callback)
+    exe = prog.compile(bounds=bounds, backend=args.backend, seed=args.seed)
+    exe.history, exe.env, exe.args, exe.program = history, history.env, args, prog
+    return exe
