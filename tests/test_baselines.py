@@ -78,7 +78,7 @@ def test_numpy_ppo_gradients_equal_torch_autograd(args):
 @pytest.mark.parametrize("nstep", [None, 3], ids=["mc", "nstep3"])
 @pytest.mark.parametrize("args", [CARTPOLE, TRIVIAL], ids=["cartpole-discrete", "trivial-gaussian"])
 def test_numpy_reinforce_gradients_equal_torch_autograd(args, nstep):
-    args = dataclasses.replace(args, nstep=nstep)
+    args = dataclasses.replace(args, nstep=nstep, ent_coef=0.05)
     np_learner = numpy_eager.Reinforce(args, dtype=np.float64)
     np_learner.rollout()
     t_learner = _torch_twin(np_learner, "reinforce")
@@ -91,7 +91,8 @@ def test_numpy_reinforce_gradients_equal_torch_autograd(args, nstep):
         np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-12)
 
 
-@pytest.mark.parametrize("algo,args", [("ppo", CARTPOLE), ("ppo", TRIVIAL), ("reinforce", TRIVIAL)])
+@pytest.mark.parametrize("algo,args", [("ppo", CARTPOLE), ("ppo", TRIVIAL),
+                                       ("reinforce", dataclasses.replace(TRIVIAL, ent_coef=0.05))])
 def test_numpy_gradients_equal_finite_differences(algo, args):
     rng = np.random.default_rng(1)
     learner = numpy_eager.LEARNERS[algo](args, dtype=np.float64)
@@ -174,12 +175,12 @@ def test_returns_match_definitions():
                     break
                 disc *= gamma
             assert mc[t, n] == pytest.approx(g)
-    # n >= T with a zero bootstrap is Monte-Carlo; n == 1 is the one-step TD target
-    np.testing.assert_allclose(common.returns_nstep(r, done, v, 0 * last, T, gamma), mc)
+    # n >= T without a value is Monte-Carlo; n == 1 is the one-step TD target
+    np.testing.assert_allclose(common.returns_nstep(r, done, T, gamma), mc)
     v_next = np.concatenate([v[1:], last[None]])
-    np.testing.assert_allclose(common.returns_nstep(r, done, v, last, 1, gamma), r + gamma * (1 - done) * v_next)
+    np.testing.assert_allclose(common.returns_nstep(r, done, 1, gamma, v, last), r + gamma * (1 - done) * v_next)
     # GAE with lam = 1 is the bootstrapped return minus V
-    g_boot = common.returns_nstep(r, done, v, last, T, gamma)
+    g_boot = common.returns_nstep(r, done, T, gamma, v, last)
     np.testing.assert_allclose(common.gae(r, v, done, last, gamma, 1.0), g_boot - v)
 
 

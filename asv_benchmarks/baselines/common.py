@@ -47,8 +47,10 @@ class Args:
     iterations: int = 5
     """iterations to time (the first is reported apart from the median)"""
     seed: int = 0
-    lr: float = 2.5e-4
-    """Adam learning rate (constant; eps 1e-5 as in CleanRL)"""
+    lr: float = None
+    """Adam learning rate (eps 1e-5); None: the algorithm's default (PPO 2.5e-4, REINFORCE 1e-3)"""
+    anneal_lr: bool = True
+    """anneal the learning rate linearly to 0 over the ``iterations`` (as timerl and CleanRL)"""
     gamma: float = 0.99
     gae_lambda: float = 0.95
     """lam of GAE (PPO)"""
@@ -57,24 +59,40 @@ class Args:
     minibatches: int = 4
     """PPO minibatches per epoch"""
     clip_coef: float = 0.2
-    ent_coef: float = 0.01
+    ent_coef: float = None
+    """entropy bonus; None: the algorithm's default (PPO 0.01, REINFORCE 0)"""
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5
     norm_adv: bool = True
     clip_vloss: bool = True
     nstep: int | None = None
-    """REINFORCE: None = Monte-Carlo returns; n = n-step returns bootstrapped by a critic"""
+    """REINFORCE: None = Monte-Carlo returns; n = n-step returns (truncated, no critic)"""
+    norm_returns: bool = True
+    """REINFORCE: normalise the returns over the batch"""
     hidden: int = 64
     layers: int = 2
     """hidden layers of width ``hidden``, tanh, in both the actor and the critic"""
-    obs_shape: tuple = (3, 4, 4)
-    """trivial env: the observation (the 1-D state broadcast to this shape)"""
+    obs_shape: tuple = None
+    """trivial env: the observation (the 1-D state broadcast to this shape); None: (1,)"""
     episode_length: int = 100
     """trivial env: fixed episode length"""
 
     @property
     def batch_size(self):
         return self.num_envs * self.num_steps
+
+    def lr_at(self, algo, it):
+        """Learning rate of iteration ``it`` (0-based): linear annealing as ``timerl.rl``."""
+        lr = self.lr if self.lr is not None else DEFAULT_LR[algo]
+        return lr * (1.0 - it / self.iterations) if self.anneal_lr else lr
+
+
+    def ent(self, algo):
+        return self.ent_coef if self.ent_coef is not None else DEFAULT_ENT[algo]
+
+
+DEFAULT_LR = {"ppo": 2.5e-4, "reinforce": 1e-3}
+DEFAULT_ENT = {"ppo": 0.01, "reinforce": 0.0}
 
 
 def _shape(text):
@@ -91,7 +109,7 @@ def parser(prog):
     p.add_argument("--iterations", type=int, default=d.iterations)
     p.add_argument("--total-steps", type=int, default=None, help="ignored (bench runs --iterations)")
     p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--lr", type=float, default=None)
     p.add_argument("--gamma", type=float, default=d.gamma)
     p.add_argument("--gae-lambda", type=float, default=d.gae_lambda)
     p.add_argument("--epochs", type=int, default=d.epochs)
@@ -181,7 +199,7 @@ class CartPoleEnv:
 
 def make_env(args: Args):
     if args.env == "trivial":
-        return TrivialEnv(args.num_envs, args.seed, args.obs_shape, args.episode_length)
+        return TrivialEnv(args.num_envs, args.seed, args.obs_shape or (1,), args.episode_length)
     if args.env == "CartPole-v1":
         return CartPoleEnv(args.num_envs, args.seed)
     raise ValueError(f"baselines support --env CartPole-v1 and --env trivial, got {args.env!r}")
@@ -197,11 +215,15 @@ def returns_mc(r, done, gamma):
     return g
 
 
-def returns_nstep(r, done, value, last_value, n, gamma):
-    """n-step returns of API.md: bootstrap with V_m (m = min(t+n, T); V_T = last_value),
-    nothing bootstrapped through a done. A plain loop over (t, j), as one would write it."""
+def returns_nstep(r, done, n, gamma, value=None, last_value=None):
+    """n-step returns of API.md: bootstrap with V_m (m = min(t+n, T); V_T = last_value; no
+    value: 0), nothing bootstrapped through a done. A plain loop over (t, j)."""
     T = r.shape[0]
-    v = np.concatenate([value, last_value[None]], 0)
+    v = np.zeros((T + 1,) + r.shape[1:], r.dtype)
+    if value is not None:
+        v[:T] = value
+    if last_value is not None:
+        v[T] = last_value
     g = np.zeros_like(r)
     for t in range(T):
         m = min(t + n, T)

@@ -173,13 +173,16 @@ def _logsumexp(x):
 
 
 class _Learner:
+    algo = ""
+
     def __init__(self, args: Args, dtype=np.float32, critic=True):
         self.args, self.dtype = args, dtype
         self.env = make_env(args)
         self.rng = np.random.default_rng(args.seed + 1)
         self.obs_dim = int(np.prod(self.env.obs_shape))
         self.agent = Agent(self.obs_dim, self.env, args, np.random.default_rng(args.seed), dtype, critic)
-        self.opt = Adam(self.agent.params(), args.lr, args.max_grad_norm)
+        self.opt = Adam(self.agent.params(), args.lr_at(self.algo, 0), args.max_grad_norm or None)
+        self.it = 0
         T, N = args.num_steps, args.num_envs
         act_shape = (T, N) if self.env.discrete else (T, N, self.env.action_dim)
         self.obs = np.zeros((T, N, self.obs_dim), dtype)
@@ -193,6 +196,8 @@ class _Learner:
         self._ep_ret = np.zeros(N)
 
     def rollout(self):
+        self.opt.lr = self.args.lr_at(self.algo, self.it)
+        self.it += 1
         a_ = self.agent
         for t in range(self.args.num_steps):
             x = self.next_obs
@@ -215,7 +220,10 @@ class _Learner:
 
 
 class PPO(_Learner):
-    """CleanRL's ppo.py / ppo_continuous_action.py update, without lr annealing."""
+    """CleanRL's ppo.py / ppo_continuous_action.py update (advantages normalised with the
+    population std, ddof=0, as timerl's ``std``; CleanRL's torch ``std`` uses ddof=1)."""
+
+    algo = "ppo"
 
     def iteration(self):
         self.rollout()
@@ -252,7 +260,7 @@ class PPO(_Learner):
         ratio = np.exp(logp - mb["logp"])
         adv = mb["adv"]
         if args.norm_adv:
-            adv = (adv - adv.mean()) / (adv.std(ddof=1) + 1e-8)
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         c = args.clip_coef
         pg1, pg2 = -adv * ratio, -adv * np.clip(ratio, 1 - c, 1 + c)
         pg_loss = np.maximum(pg1, pg2).mean()
@@ -271,20 +279,23 @@ class PPO(_Learner):
         else:
             v_loss = 0.5 * ((v - R) ** 2).mean()
             dv = (v - R) / n
-        loss = pg_loss - args.ent_coef * ent.mean() + args.vf_coef * v_loss
+        ent_coef = args.ent("ppo")
+        loss = pg_loss - ent_coef * ent.mean() + args.vf_coef * v_loss
         dtype = v.dtype
-        g_actor = back(dlogp.astype(dtype), np.full(n, -args.ent_coef / n, dtype))
+        g_actor = back(dlogp.astype(dtype), np.full(n, -ent_coef / n, dtype))
         g_critic = ag.critic.backward(hs_c, (args.vf_coef * dv).astype(dtype)[:, None])
         return float(loss), g_actor + g_critic
 
 
 class Reinforce(_Learner):
-    """REINFORCE, one full-batch update per iteration: loss = -mean(log pi(a|o) G).
-    Monte-Carlo returns (no critic) or, with ``nstep``, n-step returns bootstrapped by a
-    critic trained on them (+ vf_coef * 0.5 * mean((V - G)^2))."""
+    """REINFORCE as ``timerl.rl.reinforce``: one full-batch update per iteration,
+    loss = -mean(log pi(a|o) G) - ent_coef * entropy, G Monte-Carlo returns or (``nstep``)
+    truncated n-step returns, normalised over the batch (ddof=0); no critic."""
+
+    algo = "reinforce"
 
     def __init__(self, args: Args, dtype=np.float32):
-        super().__init__(args, dtype, critic=args.nstep is not None)
+        super().__init__(args, dtype, critic=False)
 
     def iteration(self):
         self.rollout()
@@ -296,24 +307,20 @@ class Reinforce(_Learner):
         if args.nstep is None:
             G = returns_mc(self.rewards, self.dones, args.gamma)
         else:
-            last_value = self.agent.value(self.next_obs)
-            G = returns_nstep(self.rewards, self.dones, self.values, last_value, args.nstep, args.gamma)
+            G = returns_nstep(self.rewards, self.dones, args.nstep, args.gamma)
+        if args.norm_returns:
+            G = (G - G.mean()) / (G.std() + 1e-8)
         B = args.batch_size
         return {"obs": self.obs.reshape(B, -1), "actions": self.actions.reshape((B,) + self.actions.shape[2:]),
                 "ret": G.reshape(B)}
 
     def loss_and_grads(self, mb):
-        args, ag = self.args, self.agent
         n = len(mb["ret"])
-        logp, ent, back = ag.logp_entropy(mb["obs"], mb["actions"])
+        logp, ent, back = self.agent.logp_entropy(mb["obs"], mb["actions"])
         G = mb["ret"]
-        loss = -(logp * G).mean()
-        grads = back((-G / n).astype(logp.dtype), np.zeros(n, logp.dtype))
-        if ag.critic is not None:
-            v_out, hs_c = ag.critic.forward(mb["obs"])
-            v = v_out[:, 0]
-            loss += args.vf_coef * 0.5 * ((v - G) ** 2).mean()
-            grads += ag.critic.backward(hs_c, (args.vf_coef * (v - G) / n).astype(v.dtype)[:, None])
+        ent_coef = self.args.ent("reinforce")
+        loss = -(logp * G).mean() - ent_coef * ent.mean()
+        grads = back((-G / n).astype(logp.dtype), np.full(n, -ent_coef / n, logp.dtype))
         return float(loss), grads
 
 

@@ -79,13 +79,16 @@ class Agent(nn.Module):
 
 
 class _Learner:
+    algo = ""
+
     def __init__(self, args: Args, critic=True, dtype=torch.float32):
         self.args = args
         torch.manual_seed(args.seed)
         self.env = make_env(args)
         self.obs_dim = int(np.prod(self.env.obs_shape))
         self.agent = Agent(self.obs_dim, self.env, args, critic).to(dtype)
-        self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=args.lr, eps=1e-5)
+        self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=args.lr_at(self.algo, 0), eps=1e-5)
+        self.it = 0
         T, N = args.num_steps, args.num_envs
         act_shape = (T, N) if self.env.discrete else (T, N, self.env.action_dim)
         self.obs = torch.zeros((T, N, self.obs_dim), dtype=dtype)
@@ -99,6 +102,8 @@ class _Learner:
         self._ep_ret = np.zeros(N)
 
     def rollout(self):
+        self.optimizer.param_groups[0]["lr"] = self.args.lr_at(self.algo, self.it)
+        self.it += 1
         for step in range(self.args.num_steps):
             self.obs[step] = self.next_obs
             with torch.no_grad():
@@ -119,7 +124,7 @@ class _Learner:
     def step_optimizer(self, loss):
         self.optimizer.zero_grad()
         loss.backward()
-        if self.args.max_grad_norm is not None:
+        if self.args.max_grad_norm:
             nn.utils.clip_grad_norm_(self.agent.parameters(), self.args.max_grad_norm)
         self.optimizer.step()
 
@@ -129,6 +134,10 @@ class _Learner:
 
 
 class PPO(_Learner):
+    """cleanrl/ppo.py's update; advantages normalised with ddof=0 like timerl's ``std``."""
+
+    algo = "ppo"
+
     def iteration(self):
         args = self.args
         self.rollout()
@@ -155,7 +164,7 @@ class PPO(_Learner):
         ratio = (newlogprob - mb["logp"]).exp()
         mb_adv = mb["adv"]
         if args.norm_adv:
-            mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
+            mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std(correction=0) + 1e-8)
         pg_loss1 = -mb_adv * ratio
         pg_loss2 = -mb_adv * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
         pg_loss = torch.max(pg_loss1, pg_loss2).mean()
@@ -166,37 +175,38 @@ class PPO(_Learner):
             v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
         else:
             v_loss = 0.5 * ((newvalue - mb["ret"]) ** 2).mean()
-        return pg_loss - args.ent_coef * entropy.mean() + v_loss * args.vf_coef
+        return pg_loss - args.ent("ppo") * entropy.mean() + v_loss * args.vf_coef
 
 
 class Reinforce(_Learner):
-    """loss = -mean(log pi(a|o) G); MC returns, or n-step returns with a critic."""
+    """loss = -mean(log pi(a|o) G) - ent_coef * entropy; G MC or truncated n-step returns,
+    normalised over the batch; no critic (as ``timerl.rl.reinforce``)."""
+
+    algo = "reinforce"
 
     def __init__(self, args: Args, dtype=torch.float32):
-        super().__init__(args, critic=args.nstep is not None, dtype=dtype)
+        super().__init__(args, critic=False, dtype=dtype)
 
     def iteration(self):
-        args = self.args
         self.rollout()
+        self.step_optimizer(self.loss(self.batch()))
+
+    def batch(self):
+        args = self.args
         r, d = self.rewards.numpy(), self.dones.numpy()
         if args.nstep is None:
-            G = returns_mc(r, d, args.gamma)
+            G = torch.as_tensor(returns_mc(r, d, args.gamma))
         else:
-            with torch.no_grad():
-                last_value = self.agent.get_value(self.next_obs).flatten()
-            G = returns_nstep(r, d, self.values.numpy(), last_value.numpy(), args.nstep, args.gamma)
+            G = torch.as_tensor(returns_nstep(r, d, args.nstep, args.gamma))
+        if args.norm_returns:
+            G = (G - G.mean()) / (G.std(correction=0) + 1e-8)
         B = args.batch_size
-        mb = {"obs": self.obs.reshape(B, -1), "actions": self.actions.reshape((B,) + self.actions.shape[2:]),
-              "ret": torch.as_tensor(G).reshape(-1)}
-        self.step_optimizer(self.loss(mb))
+        return {"obs": self.obs.reshape(B, -1), "actions": self.actions.reshape((B,) + self.actions.shape[2:]),
+                "ret": G.reshape(-1)}
 
     def loss(self, mb):
-        _, logprob, _ = self.agent.get_action(mb["obs"], mb["actions"])
-        loss = -(logprob * mb["ret"]).mean()
-        if self.agent.critic is not None:
-            v = self.agent.get_value(mb["obs"]).view(-1)
-            loss = loss + self.args.vf_coef * 0.5 * ((v - mb["ret"]) ** 2).mean()
-        return loss
+        _, logprob, entropy = self.agent.get_action(mb["obs"], mb["actions"])
+        return -(logprob * mb["ret"]).mean() - self.args.ent("reinforce") * entropy.mean()
 
 
 LEARNERS = {"ppo": PPO, "reinforce": Reinforce}
