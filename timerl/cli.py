@@ -39,7 +39,7 @@ def _algo_module(name):
 
 def _parse_shape(text):
     try:
-        shape = tuple(int(s) for s in text.replace("x", ",").split(",") if s.strip())
+        shape = tuple(int(s) for s in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated ints like 3,4,4, got {text!r}") from None
     if not shape or any(s <= 0 for s in shape):
