@@ -307,3 +307,25 @@ def test_shape_error_names_both_operands():
         with pytest.raises(tl.ShapeError, match=r"alpha"):
             a.sum(axis=2)
     assert issubclass(tl.ShapeError, ValueError)
+
+
+def test_mod_and_floordiv():
+    check(lambda n: n % 2, lambda n: n % 2, N)
+    check(lambda n: n // 2, lambda n: n // 2, N)
+    check(lambda a: a % 0.5, lambda a: a % np.float32(0.5), A)
+    check(lambda a: 7 // (a * 0 + 2), lambda a: 7 // (a * 0 + 2), A)
+
+
+def test_empty_read_keeps_the_producers_spatial_shape():
+    X = np.arange(12, dtype="float32").reshape(2, 6)
+    prog = tl.Program("i t")
+    i, t = prog.dims
+    I, T = prog.bounds
+    c = Collect()
+    with prog:
+        x = tl.tensor(X, (i, t), name="x")
+        col = x[0:I, t]  # shape (I,)
+        tl.sink(col[0:t], c("prefix"))
+    prog.compile({"I": 2, "T": 6}, backend="reference").run()
+    assert c["prefix"][(0,)].shape == (0, 2)
+    np.testing.assert_array_equal(c["prefix"][(3,)], X[:, :3].T)

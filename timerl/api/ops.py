@@ -22,7 +22,7 @@ I64 = np.dtype("int64")
 BOOL = np.dtype("bool")
 
 UNARY_FNS = ("neg", "exp", "log", "tanh", "sigmoid", "relu", "sqrt", "abs", "sign", "detach", "logical_not")
-BINARY_FNS = ("add", "sub", "mul", "div", "pow", "lt", "le", "gt", "ge", "eq", "ne", "minimum", "maximum",
+BINARY_FNS = ("add", "sub", "mul", "div", "mod", "floordiv", "pow", "lt", "le", "gt", "ge", "eq", "ne", "minimum", "maximum",
               "logical_and", "logical_or")
 COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or")
 
@@ -45,6 +45,12 @@ def _eq(a, b) -> bool:
     if isinstance(a, int) and isinstance(b, int):
         return a == b
     return sympy.sympify(a) == sympy.sympify(b)
+
+
+def _differ(a, b) -> bool:
+    """Lengths that differ whatever the bounds (equality of symbolic ones is checked at compile)."""
+    d = sympy.sympify(a) - sympy.sympify(b)
+    return d.is_Integer and d != 0
 
 
 def _is_one(a) -> bool:
@@ -274,7 +280,7 @@ def matmul(a, b) -> RecurrentTensor:
         raise ShapeError(f"matmul needs at least 1-d operands, got {a.name!r} {sa} and {b.name!r} {sb}")
     a2 = sa if len(sa) > 1 else (1,) + sa
     b2 = sb if len(sb) > 1 else sb + (1,)
-    if not _eq(a2[-1], b2[-2]):
+    if _differ(a2[-1], b2[-2]):
         raise ShapeError(f"matmul: {a.name!r} {sa} and {b.name!r} {sb} have mismatched inner dims")
     batch = broadcast_shapes([a2[:-2], b2[:-2]], [a.name, b.name])
     shape = batch + ((a2[-2],) if len(sa) > 1 else ()) + ((b2[-1],) if len(sb) > 1 else ())
@@ -346,7 +352,7 @@ def concat(xs, axis=0) -> RecurrentTensor:
     nd = ts[0].ndim
     ax = _norm_axis(axis, nd, ts[0].name)
     for t in ts[1:]:
-        if t.ndim != nd or any(not _eq(a, b) for k, (a, b) in enumerate(zip(ts[0].shape, t.shape)) if k != ax):
+        if t.ndim != nd or any(_differ(a, b) for k, (a, b) in enumerate(zip(ts[0].shape, t.shape)) if k != ax):
             raise ShapeError(f"tl.concat: {ts[0].name!r} {ts[0].shape} and {t.name!r} {t.shape} differ off axis {ax}")
     length = sympy.Integer(0)
     for t in ts:
@@ -362,7 +368,7 @@ def stack(xs, axis=0) -> RecurrentTensor:
     if not xs:
         raise ShapeError("tl.stack needs at least one tensor")
     for x in xs[1:]:
-        if x.ndim != xs[0].ndim or any(not _eq(a, b) for a, b in zip(xs[0].shape, x.shape)):
+        if x.ndim != xs[0].ndim or any(_differ(a, b) for a, b in zip(xs[0].shape, x.shape)):
             raise ShapeError(f"tl.stack: {xs[0].name!r} {xs[0].shape} and {x.name!r} {x.shape} differ in shape")
     nd = xs[0].ndim + 1
     ax = axis + nd if axis < 0 else axis

@@ -90,6 +90,12 @@ class RecurrentTensor:
                 stop = _entry_sym(d.bound if ent.stop is None else ent.stop)
                 self._check_entry(k, d, start, bound_syms)
                 self._check_entry(k, d, stop, bound_syms)
+                varying = [s for s in self.shape if not isinstance(s, int) and d.e in sympy.sympify(s).free_symbols]
+                if varying:
+                    raise ShapeError(
+                        f"tensor {self.name!r} has shape {tuple(self.shape)}, which varies along dim {d.name}; "
+                        f"a slice along {d.name} would stack arrays of different shapes (reduce it first)"
+                    )
                 sl = Slice(start, stop)
                 entries.append(sl)
                 lengths.append(sl.length)
@@ -163,6 +169,18 @@ class RecurrentTensor:
 
     def __rtruediv__(self, o):
         return _ops().binary("div", o, self)
+
+    def __mod__(self, o):
+        return _ops().binary("mod", self, o)
+
+    def __rmod__(self, o):
+        return _ops().binary("mod", o, self)
+
+    def __floordiv__(self, o):
+        return _ops().binary("floordiv", self, o)
+
+    def __rfloordiv__(self, o):
+        return _ops().binary("floordiv", o, self)
 
     def __pow__(self, o):
         return _ops().binary("pow", self, o)

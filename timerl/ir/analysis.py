@@ -13,6 +13,7 @@ import time
 
 import islpy as isl
 import networkx as nx
+import sympy
 
 from ..errors import CompileError
 from .expr import symbols_of
@@ -127,6 +128,7 @@ def analyze(prog, pdg, bounds: dict, extra_seeds: dict | None = None) -> Analysi
     for n in live:
         if pdg.rec(n).op is Op.MERGE:
             _check_branches(model, pdg, n, demand[n])
+        _check_shapes(model, pdg, n, demand[n], bounds)
     return Analysis(model, sorted(live), demand, time.perf_counter() - t0)
 
 
@@ -236,4 +238,67 @@ def _check_branches(model, pdg, n, dem):
         raise CompileError(
             f"placeholder {pdg.rec(n).name!r} is read at {fmt_point(pdg.rec(n).domain, pt)} but no branch applies there; "
             "add a branch for it (e.g. an initial value x[..., 0] = ...)"
+        )
+
+
+def _shape_pairs(node, shapes):
+    """(operand k, axis of k, operand j, axis of j, may broadcast) pairs of spatial entries that
+    must agree for ``node`` to be well-formed (only those that involve a symbolic length)."""
+    op, out = node.op, []
+
+    def bcast(ks, trailing_skip=0):
+        nd = max(len(shapes[k]) - trailing_skip for k in ks)
+        for a in range(nd):
+            ents = []
+            for k in ks:
+                j = a - (nd - (len(shapes[k]) - trailing_skip))
+                if j >= 0:
+                    ents.append((k, j))
+            for x, y in zip(ents, ents[1:]):
+                out.append((*x, *y, True))
+
+    if op in (Op.BINARY, Op.WHERE):
+        bcast(range(len(shapes)))
+    elif op is Op.MATMUL and len(shapes) == 2:
+        sa, sb = shapes
+        if sa and sb:
+            out.append((0, len(sa) - 1, 1, len(sb) - 1 if len(sb) == 1 else len(sb) - 2, False))
+            if len(sa) > 2 and len(sb) > 2:
+                nd = min(len(sa), len(sb)) - 2
+                for a in range(1, nd + 1):
+                    out.append((0, len(sa) - 2 - a, 1, len(sb) - 2 - a, True))
+    elif op is Op.CONCAT:
+        ax = node.attrs["axis"]
+        for k in range(1, len(shapes)):
+            for a in range(len(shapes[0])):
+                if a != ax:
+                    out.append((0, a, k, a, False))
+    return [p for p in out if not all(isinstance(shapes[k][a], int) for k, a in ((p[0], p[1]), (p[2], p[3])))]
+
+
+def _check_shapes(model, pdg, n, dem, bounds):
+    """Symbolic spatial lengths that must agree do agree at every demanded point."""
+    node = pdg.rec(n)
+    ins = pdg.inputs(n)
+    if not ins:
+        return
+    shapes = [tuple(pdg.rec(p).shapes[e.out]) for p, e in ins]
+    for k, a, j, b, may_bcast in _shape_pairs(node, shapes):
+        x, y = sympy.sympify(shapes[k][a]), sympy.sympify(shapes[j][b])
+        bad = sympy.Ne(x, y)
+        if may_bcast:
+            bad = sympy.And(bad, sympy.Ne(x, 1), sympy.Ne(y, 1))
+        if bad is sympy.false:
+            continue
+        wrong = dem.intersect(model.cond_set(n, bad))
+        if wrong.is_empty():
+            continue
+        pt = sample(wrong)
+        subs = {d.e: v for d, v in zip(node.domain, pt)}
+        subs.update({b_.e: bounds[b_.name] for b_ in model.prog.bounds if b_.name in bounds})
+        names = [pdg.rec(p).name for p, _ in ins]
+        raise CompileError(
+            f"in {node.name!r} ({node.op.value}): axis {a} of {names[k]!r} {shapes[k]} has length "
+            f"{x.subs(subs)} but axis {b} of {names[j]!r} {shapes[j]} has length {y.subs(subs)} at "
+            f"{fmt_point(node.domain, pt)}; their lengths must agree at every point"
         )

@@ -67,6 +67,8 @@ BINARY = {
     "sub": np.subtract,
     "mul": np.multiply,
     "div": np.true_divide,
+    "mod": np.mod,
+    "floordiv": np.floor_divide,
     "pow": np.power,
     "lt": np.less,
     "le": np.less_equal,

@@ -130,6 +130,9 @@ class ReferenceExecutable:
                     for r in ent:
                         pts = [q + (v,) for q in pts for v in (r if isinstance(r, range) else (r,))]
                     deps.append((p, e, pts, tuple(len(r) for r in ranges)))
+                    if not pts:  # an empty slice: the producer's spatial shape, at a point of its own
+                        self.empty_shape[(n, pt, e.pos)] = tuple(r.start if isinstance(r, range) else r
+                                                                 for r in ent)
             else:
                 deps.append((p, e, [f(pt)], None))
         return deps
@@ -140,7 +143,7 @@ class ReferenceExecutable:
         DONE, ACTIVE = 2, 1
         sinks = [n for n in self.analysis.live if self.pdg.rec(n).op is Op.SINK]
         sinks += [n for n in self.pdg.roots() if n not in sinks]
-        self.deps = {}
+        self.deps, self.empty_shape = {}, {}
         for s in sinks:
             for pt in enumerate_points(self.analysis.demand[s]):
                 stack = [((s, pt), None)]
@@ -199,7 +202,7 @@ class ReferenceExecutable:
                     ins.append(np.stack(got).reshape(shape + got[0].shape))
                 else:
                     pnode = self.pdg.rec(p)
-                    spatial = tuple(s if isinstance(s, int) else 0 for s in pnode.shapes[e.out])
+                    spatial = _concrete(pnode.shapes[e.out], self, pnode, self.empty_shape[(n, pt, e.pos)])
                     ins.append(np.zeros(shape + spatial, pnode.dtypes[e.out]))
             out = self._eval(n, node, pt, ins)
             if out is not None:
