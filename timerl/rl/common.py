@@ -46,6 +46,8 @@ class CommonArgs:
     """global-norm gradient clipping threshold (0: no clipping)"""
     obs_shape: tuple = None
     """observation shape of the "trivial" env, e.g. (3, 4, 4)"""
+    normalize: bool = False
+    """normalise observations and rewards with running statistics (gymnasium envs; for continuous control)"""
 
 
 def field_docs(cls) -> dict:
@@ -96,6 +98,7 @@ def check_args(args):
     from ..api.compile import BACKENDS
 
     need(args.backend in BACKENDS, f"--backend must be one of {', '.join(BACKENDS)}, got {args.backend!r}")
+    need(not (args.normalize and args.env == "trivial"), "--normalize applies to gymnasium envs, not the trivial env")
     if args.obs_shape is not None:
         need(args.env == "trivial", f"--obs-shape applies only to the trivial env, not {args.env!r}")
         need(all(isinstance(s, (int, np.integer)) and s > 0 for s in args.obs_shape),
@@ -107,7 +110,9 @@ def iterations(args) -> int:
 
 
 def env_kwargs(args) -> dict:
-    return {"obs_shape": tuple(args.obs_shape)} if args.obs_shape is not None else {}
+    if args.obs_shape is not None:
+        return {"obs_shape": tuple(args.obs_shape)}
+    return {"normalize": True, "gamma": args.gamma} if args.normalize else {}
 
 
 def mlp_sizes(n_in, args, n_out) -> list:

@@ -85,11 +85,11 @@ class GymEnv:
     Every other id runs in ``SyncVectorEnv(autoreset_mode=SAME_STEP)``.
     """
 
-    def __init__(self, env_id, num_envs, seed=0, **kwargs):
+    def __init__(self, env_id, num_envs, seed=0, normalize=False, gamma=0.99, **kwargs):
         import gymnasium as gym
         from gymnasium import spaces
-        from gymnasium.vector import AutoresetMode
 
+        self.normalize, self.gamma, self.kwargs = bool(normalize), float(gamma), kwargs
         try:
             spec = gym.spec(env_id)
         except Exception as e:  # noqa: BLE001 - gymnasium raises several kinds; one message for users
@@ -97,16 +97,13 @@ class GymEnv:
         self.env_id, self.num_envs, self.seed = env_id, num_envs, seed
         self.native = False
         try:
-            if spec.vector_entry_point is not None and _is_native_cartpole(spec):
+            if spec.vector_entry_point is not None and _is_native_cartpole(spec) and not normalize:
                 venv = gym.make_vec(env_id, num_envs, vectorization_mode="vector_entry_point", **kwargs)
                 self.native = all(hasattr(venv.unwrapped, a) for a in ("state", "steps", "prev_done", "low", "high"))
                 if not self.native:
                     venv.close()
             if not self.native:
-                venv = gym.vector.SyncVectorEnv(
-                    [lambda: gym.make(env_id, **kwargs) for _ in range(num_envs)],
-                    autoreset_mode=AutoresetMode.SAME_STEP,
-                )
+                venv = self._sync_env()
         except EnvError:
             raise
         except Exception as e:  # noqa: BLE001
@@ -132,9 +129,34 @@ class GymEnv:
             raise EnvError(f"environment {env_id!r} has a {type(act_space).__name__}{tuple(act_space.shape or ())} "
                            "action space; only Discrete and 1-D Box actions are supported")
 
+    def _sync_env(self):
+        import gymnasium as gym
+        from gymnasium.vector import AutoresetMode
+
+        def one():
+            env = gym.make(self.env_id, **self.kwargs)
+            if self.normalize:  # CleanRL's continuous-control wrappers; the raw reward is kept for logging
+                env = _RawReward(env)
+                env = gym.wrappers.NormalizeObservation(env)
+                env = gym.wrappers.TransformObservation(env, lambda o: np.clip(o, -10, 10), env.observation_space)
+                env = gym.wrappers.NormalizeReward(env, gamma=self.gamma)
+                env = gym.wrappers.TransformReward(env, lambda r: float(np.clip(r, -10, 10)))
+            return env
+
+        return gym.vector.SyncVectorEnv([one for _ in range(self.num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
+
     def reset(self):
+        if self.normalize:  # fresh running statistics, so every run of a program repeats
+            self.venv.close()
+            self.venv = self._sync_env()
         obs, _ = self.venv.reset(seed=self.seed)
         return np.asarray(obs, np.float32)
+
+    def raw_rewards(self, reward):
+        """The environment's own rewards of the last step (before reward normalisation)."""
+        if not self.normalize:
+            return reward
+        return np.array([e.get_wrapper_attr("raw_reward") for e in self.venv.envs], np.float32)
 
     def step(self, a):
         a = np.asarray(a)
@@ -160,6 +182,26 @@ class GymEnv:
 
     def close(self):
         self.venv.close()
+
+
+def _raw_reward_wrapper():
+    import gymnasium as gym
+
+    class RawReward(gym.Wrapper):
+        """Remembers the unnormalised reward of the last step."""
+
+        raw_reward = 0.0
+
+        def step(self, action):
+            obs, reward, term, trunc, info = self.env.step(action)
+            self.raw_reward = float(reward)
+            return obs, reward, term, trunc, info
+
+    return RawReward
+
+
+def _RawReward(env):
+    return _raw_reward_wrapper()(env)
 
 
 def _is_native_cartpole(spec) -> bool:
@@ -209,7 +251,8 @@ class Env:
         r = np.asarray(r, np.float32).reshape(self.num_envs)
         done = np.asarray(done, bool).reshape(self.num_envs)
         self.env_steps += self.num_envs
-        self._ret += r
+        raw = self.impl.raw_rewards(r) if hasattr(self.impl, "raw_rewards") else r
+        self._ret += np.asarray(raw, np.float64).reshape(self.num_envs)
         self._len += 1
         for k in np.flatnonzero(done):
             self.episode_returns.append((self.env_steps, float(self._ret[k]), int(self._len[k])))
@@ -264,8 +307,10 @@ def make_env(env_id, num_envs, seed=0, **kwargs) -> Env:
     """A batched environment for recurrent-tensor programs (see the module docstring).
 
     ``env_id`` is any gymnasium id with Box observations and Discrete or 1-D Box actions,
-    or ``"trivial"`` (kwargs ``obs_shape=(1,)``, ``episode_length=100``). Extra kwargs go to
-    ``gymnasium.make``. A bad id, argument or space is a :class:`EnvError` (a ValueError).
+    or ``"trivial"`` (kwargs ``obs_shape=(1,)``, ``episode_length=100``). For gymnasium ids,
+    ``normalize=True`` adds CleanRL's continuous-control wrappers (running observation and
+    reward normalisation with clipping; ``gamma=`` for the reward's discounted scale; the
+    logged episode returns stay unnormalised). Other kwargs go to ``gymnasium.make``. A bad id, argument or space is a :class:`EnvError` (a ValueError).
     """
     if not isinstance(num_envs, (int, np.integer)) or isinstance(num_envs, bool) or num_envs <= 0:
         raise EnvError(f"num_envs must be a positive int, got {num_envs!r}")
