@@ -156,6 +156,7 @@ def _scan(node, ins, nb, ctx):
     if node.attrs["fn"] == "cumsum":
         return (np.cumsum(x, axis=ax).astype(node.dtype, copy=False),)
     g = ins[1].reshape(ins[1].shape[:nb] + (1,) * (x.ndim - nb - 1))
+    x = np.broadcast_to(x, np.broadcast_shapes(x.shape[:nb], g.shape[:nb]) + x.shape[nb:])
     xs = np.moveaxis(x, ax, nb)
     out = np.empty_like(xs)
     acc = np.zeros(xs.shape[:nb] + xs.shape[nb + 1 :], dtype=x.dtype)
