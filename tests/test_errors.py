@@ -303,3 +303,62 @@ def test_slice_of_tensor_whose_shape_varies_along_that_dim():
         w = x[t:T]
         with pytest.raises(tl.ShapeError, match=r"varies along dim t"):
             w[0:t]
+
+
+def _recurrence(body, T=7):
+    prog, t, T_ = prog_t()
+    out = {}
+    with prog:
+        x = tl.placeholder((), "int64", (t,), name="x")
+        body(x, t, T_)
+        tl.sink(x, lambda v, p: out.__setitem__(p["t"], int(v)))
+    return prog, out
+
+
+def test_cycles_with_inexact_transitive_closure():
+    def halves(x, t, T):
+        x[t == 0] = tl.const(1)
+        x[t] = x[t // 2] + x[t - 1]
+
+    prog, out = _recurrence(halves)
+    compile_ref(prog, T=7).run()
+    want = [1]
+    for k in range(1, 7):
+        want.append(want[k // 2] + want[k - 1])
+    assert [out[k] for k in range(7)] == want
+
+    def self_at_one(x, t, T):
+        x[t == 0] = tl.const(1)
+        x[t] = x[(t + 1) // 2] + 1  # t = 1 reads itself
+
+    prog, _ = _recurrence(self_at_one)
+    with pytest.raises(tl.CompileError, match="cycle.*'x'"):
+        compile_ref(prog, T=7)
+
+
+def test_point_level_cycle_check():
+    from timerl.ir import analysis
+    from timerl.ir.polyhedral import Model
+
+    def vshape(x, t, T):  # valid order 2, 1, 0, 3, 4, ...: no affine schedule of one statement
+        x[t == 2] = tl.const(1)
+        x[t < 2] = x[t + 1] + 1
+        x[t] = x[t - 1] * 2
+
+    prog, out = _recurrence(vshape)
+    res = analysis.analyze(prog, prog.pdg, {"T": 7})
+    members = [n for n in res.live if n in res.demand and prog.pdg.rec(n).op.value != "sink"
+               and prog.pdg.rec(n).op.value != "const"]
+    analysis._point_cycle_check(res.model, prog.pdg, members, res.demand)  # no cycle
+    compile_ref(prog, T=7).run()
+    assert [out[k] for k in range(7)] == [3, 2, 1, 2, 4, 8, 16]
+
+    def reversal(x, t, T):
+        x[t] = x[T - 1 - t] + 1
+
+    prog, _ = _recurrence(reversal)
+    model = Model(prog, prog.pdg, {"T": 4})
+    members = [n for n in prog.pdg.nodes if prog.pdg.rec(n).op.value in ("merge", "access", "binary")]
+    dem = {n: model.points(n) for n in members}
+    with pytest.raises(tl.CompileError, match=r"cycle.*'x'.*at t = "):
+        analysis._point_cycle_check(model, prog.pdg, members, dem)

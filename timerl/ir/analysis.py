@@ -182,10 +182,11 @@ def _pick(us, model, n):
     return us.extract_set(sp).intersect(model.points(n)).coalesce()
 
 
-def _cycle_msg(names):
+def _cycle_msg(names, at=""):
+    uniq = list(dict.fromkeys(names))
     return (
         "a cycle of reads has no order in which every point is computed before it is read; "
-        f"tensors on the cycle: {', '.join(repr(x) for x in names)}"
+        f"tensors on the cycle: {', '.join(repr(x) for x in uniq)}{at}"
     )
 
 
@@ -201,7 +202,55 @@ def _order_check(model, pdg, members, dem, R, names):
     except isl.Error:
         sched = None
     if sched is None:
-        raise CompileError(_cycle_msg(names))
+        # no affine order; a valid point order may still exist: check the finite points exactly
+        _point_cycle_check(model, pdg, members, dem)
+
+
+def _map_pairs(m) -> list:
+    """The (source point, target point) pairs of a finite isl map."""
+    n_in = m.dim(isl.dim_type.in_)
+    w = m.wrap().project_out(isl.dim_type.param, 0, m.dim(isl.dim_type.param))
+    out = []
+    st = isl.dim_type.set
+    w.foreach_point(lambda p: out.append(tuple(p.get_coordinate_val(st, k).to_python()
+                                               for k in range(p.get_space().dim(st)))))
+    return [(v[:n_in], v[n_in:]) for v in out]
+
+
+def _point_cycle_check(model, pdg, members, dem):
+    """Depth-first search over the demanded points of a cycle of tensors (finite under the
+    bounds): raise with the tensors of the first cycle of point reads found."""
+    reads = {}
+    for c in members:
+        for p, e in pdg.inputs(c):
+            if p in members:
+                m = model.access(c, p, e.pos).intersect_domain(dem[c]).intersect_range(dem[p])
+                for a, b in _map_pairs(m):
+                    reads.setdefault((c, a), []).append((p, b))
+    state, path = {}, []
+    for start in list(reads):
+        if state.get(start):
+            continue
+        stack = [(start, iter(reads.get(start, ())))]
+        state[start] = 1
+        path.append(start)
+        while stack:
+            key, it = stack[-1]
+            for nxt in it:
+                if state.get(nxt) == 1:
+                    cyc = path[path.index(nxt):]
+                    n0, pt0 = cyc[0]
+                    raise CompileError(_cycle_msg([pdg.rec(n).name for n, _ in cyc],
+                                                  f" (at {fmt_point(pdg.rec(n0).domain, pt0)})"))
+                if not state.get(nxt):
+                    state[nxt] = 1
+                    path.append(nxt)
+                    stack.append((nxt, iter(reads.get(nxt, ()))))
+                    break
+            else:
+                state[key] = 2
+                path.pop()
+                stack.pop()
 
 
 def _check_reads(model, pdg, live, p, demand):
