@@ -16,6 +16,8 @@ from .api.ops import (
 from .api.functions import abs, exp, log, max, min, relu, sigmoid, sign, sqrt, tanh
 from .api.world import sink, udf
 from .api import random
+from .api.autodiff import grad
+from . import distributions, nn, optim
 from . import config
 from . import rl
 
@@ -27,5 +29,5 @@ __all__ = [
     "matmul", "maximum", "minimum", "one_hot", "ones", "permute", "placeholder", "reshape",
     "squeeze", "stack", "take", "take_along_axis", "tensor", "unsqueeze", "where", "zeros", "abs",
     "exp", "log", "max", "min", "relu", "sigmoid", "sign", "sqrt", "tanh", "sink", "udf", "random",
-    "config",
+    "config", "grad", "nn", "optim", "distributions",
 ]

@@ -1,0 +1,78 @@
+"""Probability distributions over recurrent tensors (policies).
+
+    pi = tl.distributions.Categorical(logits=net(o))
+    a = pi.sample()                 # int64, drawn with tl.random.categorical
+    logp = pi.log_prob(a)           # differentiable in the logits
+    ent = pi.entropy()
+
+``sample()`` carries no gradient (as ``torch.distributions``' ``sample``): a policy-gradient
+loss differentiates ``log_prob`` of the sampled action, not the sample.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .api import functions as F
+from .api import ops as O
+from .api import random as R
+from .api.grad_rules import ones_like
+
+__all__ = ["Categorical", "Normal"]
+
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+class Categorical:
+    """A categorical distribution along the last axis of ``logits`` (numerically stable: the
+    log-probabilities are ``logits - logsumexp(logits)``)."""
+
+    def __init__(self, logits):
+        self.logits = O.as_tensor(logits)
+        if self.logits.dtype.kind != "f" or self.logits.ndim < 1:
+            raise O.ShapeError(f"Categorical: logits {self.logits.name!r} must be float with at least one axis")
+        self.log_probs = self.logits - self.logits.logsumexp(axis=-1, keepdims=True)
+
+    @property
+    def probs(self):
+        return F.exp(self.log_probs)
+
+    def sample(self):
+        return R.categorical(self.logits.detach())
+
+    def log_prob(self, a):
+        a = O.as_tensor(a)
+        if a.dtype.kind not in "iu":
+            a = a.astype("int64")
+        idx = O.unsqueeze(a, -1)
+        if idx.ndim != self.log_probs.ndim:
+            raise O.ShapeError(f"Categorical.log_prob: action {a.name!r} of shape {tuple(a.shape)} does not match "
+                               f"logits of shape {tuple(self.logits.shape)}")
+        return O.squeeze(O.take_along_axis(self.log_probs, idx, axis=-1), -1)
+
+    def entropy(self):
+        return -(self.probs * self.log_probs).sum(axis=-1)
+
+
+class Normal:
+    """A normal distribution with ``mean`` and learned ``log_std`` (broadcast against each other)."""
+
+    def __init__(self, mean, log_std):
+        self.mean, self.log_std = O.as_tensor(mean), O.as_tensor(log_std)
+        self.shape = O.broadcast_shapes([self.mean.shape, self.log_std.shape], [self.mean.name, self.log_std.name])
+
+    @property
+    def std(self):
+        return F.exp(self.log_std)
+
+    def sample(self):
+        domain = self.mean.prog.sort_domain(list(self.mean.domain) + list(self.log_std.domain))
+        eps = R.normal(self.shape, domain=domain, dtype=self.mean.dtype)
+        return (self.mean + self.std * eps).detach()
+
+    def log_prob(self, a):
+        z = (a - self.mean) / self.std
+        return -0.5 * z * z - self.log_std - _LOG_SQRT_2PI
+
+    def entropy(self):
+        return (0.5 + _LOG_SQRT_2PI + self.log_std) * ones_like(self.mean.detach())
