@@ -329,3 +329,8 @@ def test_empty_read_keeps_the_producers_spatial_shape():
     prog.compile({"I": 2, "T": 6}, backend="reference").run()
     assert c["prefix"][(0,)].shape == (0, 2)
     np.testing.assert_array_equal(c["prefix"][(3,)], X[:, :3].T)
+
+
+def test_numpy_failure_at_run_time_is_runtime_fault():
+    with pytest.raises(tl.RuntimeFault, match=r"binary in tensor 'test_api_ops.py:\d+' failed at t = 0.*negative"):
+        pointwise(lambda n: n ** -1, N)

@@ -233,3 +233,31 @@ def test_reference_schedule_and_stats():
     assert exe.stats["peak_bytes"] > 0 and exe.stats["run_seconds"] >= 0
     assert exe.stats["peak_bytes"] < 4 * 4 * 3  # values are freed after their last read
     assert exe.pdg is not None
+
+
+def test_batched_udf_sees_a_leading_batch_axis():
+    prog = tl.Program("t")
+    (t,) = prog.dims
+    shapes = []
+    c = Collect()
+
+    def f(x):
+        shapes.append(x.shape)
+        return x * 2
+
+    with prog:
+        x = tl.tensor(np.arange(6, dtype="float32").reshape(3, 2), (t,))
+        (y,) = tl.udf(f, [x], [(2,)], ["float32"], batched=True)
+        tl.sink(y, c("y"))
+    prog.compile({"T": 3}, backend="reference").run()
+    assert all(s[1:] == (2,) for s in shapes) and sum(s[0] for s in shapes) == 3
+    np.testing.assert_array_equal(c.array("y"), np.arange(6).reshape(3, 2) * 2)
+
+
+def test_run_with_progress(capsys):
+    prog = tl.Program("t")
+    (t,) = prog.dims
+    with prog:
+        tl.sink(tl.tensor(np.arange(3.0), (t,)), lambda v, p: None)
+    prog.compile({"T": 3}, backend="reference").run(progress=True)
+    assert "6/6 points" in capsys.readouterr().out  # 3 data points and 3 sink calls

@@ -245,7 +245,11 @@ class ReferenceExecutable:
             return (v[0],)
         if op is Op.UDF:
             return call_udf(node, ins, pt)
-        return evaluate(node, ins, 0, _Ctx(node, pt, self._resolve))
+        ctx = _Ctx(node, pt, self._resolve)
+        try:
+            return evaluate(node, ins, 0, ctx)
+        except (ValueError, IndexError, ZeroDivisionError, FloatingPointError) as e:
+            raise RuntimeFault(f"{node.op.value} in tensor {node.name!r} failed at {ctx.where()}: {e}") from e
 
 
 def _concrete(shape, exe, node, pt):
