@@ -1,0 +1,145 @@
+"""``build_executable``: passes, isl schedule, memory plan, lowering; the Executable.
+
+Stages (each timed in ``stats["compile_seconds"]``): ``passes`` (PDG -> PDG),
+``schedule`` (isl statements, dependences, ``compute_schedule``), ``memory`` (last
+readers, frees, donation), ``ast`` (isl AST -> schedule tree), ``lower`` (Python
+source, compiled once), ``plan`` (the planned peak, when a budget is given).
+"""
+
+from __future__ import annotations
+
+import time
+
+import islpy as isl
+import numpy as np
+
+from ..config import config
+from ..errors import CompileError
+from ..passes import run_passes
+from ..schedule import memory
+from ..schedule.model import build_problem, compute_schedule, time_map
+from ..schedule.tree import ScheduleTree, from_ast
+from .interpreter import Lowering
+
+VARIANTS = ("default", "serialize_sccs", "no_proximity")
+
+
+class Plan:
+    """One schedule with its memory plan, lowered to a tree."""
+
+    def __init__(self, prog, pdg, bounds, analysis, grouping, variant, times):
+        t0 = time.perf_counter()
+        self.problem = build_problem(prog, pdg, analysis, grouping)
+        self.isl_schedule = compute_schedule(prog, pdg, self.problem, variant)
+        T = time_map(self.isl_schedule, self.problem)
+        t1 = time.perf_counter()
+        last = memory.last_reads(prog, pdg, analysis, self.problem, T)
+        frees = memory.free_maps(prog, pdg, analysis, self.problem, T, last)
+        self.donated = memory.donations(prog, pdg, analysis, self.problem, T, last)
+        self.frees = sorted(last)
+        t2 = time.perf_counter()
+        full = T
+        for f in frees:
+            full = full.union(isl.UnionMap.from_map(f))
+        build = isl.AstBuild.from_context(analysis.model.ctx)
+        ast = build.node_from_schedule_map(full)
+        params = {f"P_{k}": v for k, v in bounds.items()}
+        self.tree = from_ast(ast, params)
+        self.schedule = ScheduleTree(self.tree, self.problem.groups, pdg, self.donated)
+        t3 = time.perf_counter()
+        self.variant, self.grouping = variant, grouping
+        for k, v in (("schedule", t1 - t0), ("memory", t2 - t1), ("ast", t3 - t2)):
+            times[k] = times.get(k, 0.0) + v
+
+    def lower(self, prog, pdg, bounds, seed, mode):
+        low = Lowering(prog, pdg, bounds, seed, self.problem.groups, self.tree, dict(self.donated), mode)
+        out = low.build(self.frees)
+        if mode != "plan":
+            self.donated = low.donated  # the lowering may decline a donation it cannot do in place
+            self.schedule.donated = low.donated
+        return out
+
+    def planned_peak(self, prog, pdg, bounds, seed) -> int:
+        _, run, mem, reset, _ = self.lower(prog, pdg, bounds, seed, "plan")
+        run()
+        return mem()[1]
+
+
+def build_executable(prog, pdg, bounds, analysis, times, backend="numba", seed=0, memory_budget=None,
+                     passes=None, check=None):
+    if backend == "cuda":
+        raise CompileError("backend 'cuda' is not available yet (numba.cuda kernels come with their own issue); "
+                           "use backend='numba' or 'numpy'")
+    times = dict(times)
+    t0 = time.perf_counter()
+    pdg, analysis = run_passes(prog, pdg, bounds, analysis, passes, times)
+    times["passes"] = time.perf_counter() - t0
+    grouping = (passes or {}).get("group", True)
+    plan = Plan(prog, pdg, bounds, analysis, grouping, "default", times)
+    planned = None
+    if memory_budget is not None:
+        t0 = time.perf_counter()
+        planned = plan.planned_peak(prog, pdg, bounds, seed)
+        tried = [(planned, plan)]
+        if planned > memory_budget:
+            for g in ((grouping, False) if grouping else (False,)):
+                for v in VARIANTS:
+                    if (g, v) == (grouping, "default"):
+                        continue
+                    try:
+                        alt = Plan(prog, pdg, bounds, analysis, g, v, times)
+                    except CompileError:
+                        continue
+                    tried.append((alt.planned_peak(prog, pdg, bounds, seed), alt))
+                    if tried[-1][0] <= memory_budget:
+                        break
+                if tried[-1][0] <= memory_budget:
+                    break
+            planned, plan = min(tried, key=lambda x: x[0])
+        times["plan"] = time.perf_counter() - t0
+        if planned > memory_budget:
+            raise CompileError(
+                f"memory_budget={memory_budget} bytes cannot be met: the least planned peak of live tensor bytes "
+                f"over the schedules and storage choices tried is {planned} bytes; pass memory_budget>={planned}")
+    check = config.check if check is None else bool(check)
+    return Executable(prog, pdg, bounds, seed, analysis, plan, backend, check, times, planned)
+
+
+class Executable:
+    def __init__(self, prog, pdg, bounds, seed, analysis, plan, backend, check, times, planned):
+        self.prog, self.pdg, self.bounds, self.seed = prog, pdg, bounds, seed
+        self.analysis, self.plan, self.backend, self.check = analysis, plan, backend, check
+        t0 = time.perf_counter()
+        self.source, self._run, self._mem, self._reset, self._stores = plan.lower(
+            prog, pdg, bounds, seed, "check" if check else "run")
+        times["lower"] = time.perf_counter() - t0
+        self.schedule = plan.schedule
+        self.stats = {"peak_bytes": 0, "peak_host_bytes": 0, "compile_seconds": times, "run_seconds": 0.0,
+                      "kernels": 0, "swapped_bytes": 0, "planned_peak_bytes": planned,
+                      "statements": len(plan.problem.groups), "donations": len(plan.donated)}
+
+    def planned_peak(self) -> int:
+        """The schedule's peak of live tensor bytes, counted without running the ops."""
+        if self.stats["planned_peak_bytes"] is None:
+            self.stats["planned_peak_bytes"] = self.plan.planned_peak(self.prog, self.pdg, self.bounds, self.seed)
+        return self.stats["planned_peak_bytes"]
+
+    def run(self, progress=False):
+        for s in self._stores:
+            s.clear()
+        self._reset()
+        t0 = time.perf_counter()
+        if progress:
+            print(f"timerl: running {len(self.plan.problem.groups)} statements ({self.backend})", flush=True)
+        old = np.seterr(all="ignore")
+        try:
+            self._run()
+        finally:
+            np.seterr(**old)
+            for s in self._stores:
+                s.clear()
+        self.stats["run_seconds"] = time.perf_counter() - t0
+        self.stats["peak_bytes"] = self._mem()[1]
+        if progress:
+            print(f"timerl: done in {self.stats['run_seconds']:.3f}s", flush=True)
+        return self

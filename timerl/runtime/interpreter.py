@@ -1,0 +1,316 @@
+"""The interpreter: the schedule tree lowered once into Python source and compiled.
+
+Each group statement becomes one Python function (its members' evaluations in order,
+index expressions inlined as Python arithmetic), each free one function, and the
+schedule's loops plain Python loops calling them; so a run costs one call per
+statement instance plus the ops themselves. Values live in one store per node (a dict
+from point to array); ``live``/``peak`` count the bytes of stored values.
+
+Modes: ``"run"`` evaluates; ``"check"`` also verifies that every read happens after
+its write and before its free; ``"plan"`` only counts bytes (the planned peak, no
+numpy work).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import sympy
+
+from ..errors import RuntimeFault
+from ..ir import rng
+from ..ir.expr import compile_py, cond_to_py, to_py
+from ..ir.ops import Op, Slice
+from ..ir.semantics import BINARY, UNARY, evaluate
+from ..schedule.tree import render
+from .reference import _readonly, call_udf
+
+
+class Ctx:
+    """What op rules ask of the executor: the current point and symbolic sizes there."""
+
+    __slots__ = ("node", "point", "_fns", "_names")
+
+    def __init__(self, node, names):
+        self.node, self.point, self._fns, self._names = node, (), {}, names
+
+    def resolve(self, e):
+        f = self._fns.get(e)
+        if f is None:
+            f = self._fns[e] = compile_py(to_py(sympy.sympify(e), self._names), [f"d_{d.name}" for d in self.node.domain])
+        return int(f(*self.point))
+
+    def where(self):
+        return ", ".join(f"{d.name} = {v}" for d, v in zip(self.node.domain, self.point)) or "its only point"
+
+
+def gather(store, out, ent, spatial, dtype):
+    """Stack the points a slice read covers into ``(len, ...) + spatial``."""
+    lens = tuple(len(r) for r in ent if isinstance(r, range))
+    pts = itertools.product(*[r if isinstance(r, range) else (r,) for r in ent])
+    got = [store[q] for q in pts] if out is None else [store[q][out] for q in pts]
+    if got:
+        return np.stack(got).reshape(lens + np.shape(got[0]))
+    return np.zeros(lens + tuple(s if isinstance(s, int) else 0 for s in spatial), dtype)
+
+
+def gather_keys(ent):
+    return list(itertools.product(*[r if isinstance(r, range) else (r,) for r in ent]))
+
+
+def _probe(fn, dtypes):
+    try:
+        with np.errstate(all="ignore"):
+            return np.asarray(fn(*[np.ones(1, d) for d in dtypes])).dtype
+    except Exception:  # noqa: BLE001 - no fast path for this op
+        return None
+
+
+class Lowering:
+    """Renders the Python source of one schedule for one mode."""
+
+    def __init__(self, prog, pdg, bounds, seed, groups, tree, donated, mode="run"):
+        self.prog, self.pdg, self.bounds, self.seed = prog, pdg, bounds, seed
+        self.groups, self.tree, self.donated, self.mode = groups, tree, donated, mode
+        self.ns = {"np": np, "gather": gather, "gather_keys": gather_keys, "RuntimeFault": RuntimeFault,
+                   "call_udf": call_udf, "ro": _readonly, "evaluate": evaluate, "rng": rng, "min": min, "max": max}
+        self.stored = set()
+
+    # names ---------------------------------------------------------------------------
+    def names(self, domain):
+        out = {d.e: f"d_{d.name}" for d in domain}
+        out.update({b.e: str(self.bounds[b.name]) for b in self.prog.bounds if b.name in self.bounds})
+        return out
+
+    @staticmethod
+    def key(dims):
+        return "(" + "".join(f"d_{d.name}, " for d in dims) + ")"
+
+    def sym(self, name, value):
+        self.ns[name] = value
+        return name
+
+    # reads ---------------------------------------------------------------------------
+    def read(self, n, p, e):
+        """Python expression for operand ``e`` of node ``n`` (producer ``p``)."""
+        node, pnode = self.pdg.rec(n), self.pdg.rec(p)
+        multi = len(pnode.shapes) > 1
+        sfx = f"[{e.out}]" if multi and self.mode != "plan" else ""
+        if node.op in (Op.ACCESS, Op.MERGE):
+            nm = self.names(node.domain)
+            parts = []
+            for ent in e.index:
+                if isinstance(ent, Slice):
+                    parts.append(f"range({to_py(ent.start, nm)}, {to_py(ent.stop, nm)})")
+                else:
+                    parts.append(to_py(ent, nm))
+            ent = "(" + "".join(p_ + ", " for p_ in parts) + ")"
+            if any(isinstance(x, Slice) for x in e.index):
+                if self.mode == "plan":
+                    return "0"
+                if self.mode == "check":
+                    return (f"chk_many(s{p}, fr{p}, gather_keys({ent}), {p}, {n}) or "
+                            f"gather(s{p}, {e.out if multi else None}, {ent}, "
+                            f"{self.sym(f'sp{p}_{e.out}', pnode.shapes[e.out])}, {self.sym(f'dt{p}_{e.out}', pnode.dtypes[e.out])})")
+                return (f"gather(s{p}, {e.out if multi else None}, {ent}, "
+                        f"{self.sym(f'sp{p}_{e.out}', pnode.shapes[e.out])}, {self.sym(f'dt{p}_{e.out}', pnode.dtypes[e.out])})")
+            key = ent
+        else:
+            key = self.key(pnode.domain)
+        if self.mode == "check":
+            return f"chk(s{p}, fr{p}, {key}, {p}, {n}){sfx}"
+        return f"s{p}[{key}]{sfx}"
+
+    # one node ------------------------------------------------------------------------
+    def node_lines(self, n) -> list[str]:
+        node, op = self.pdg.rec(n), self.pdg.rec(n).op
+        ins = self.pdg.inputs(n)
+        k = self.key(node.domain)
+        L = []
+        if self.mode == "plan":
+            return self.plan_lines(n, node, ins, k)
+        args = [self.read(n, p, e) for p, e in ins]
+        if op is Op.MERGE:
+            nm = self.names(node.domain)
+            for j, ((p, e), a) in enumerate(zip(ins, args)):
+                c = cond_to_py(sympy.sympify(e.cond), nm) if e.cond is not None else "True"
+                L.append(f"{'if' if j == 0 else 'elif'} {c}:")
+                L.append(f"    o = {a}")
+            L.append("else:")
+            msg = f"placeholder {node.name!r}: no branch applies at point "
+            L.append(f"    raise RuntimeFault({msg!r} + str({k}))")
+        elif op is Op.ACCESS:
+            L.append(f"o = {args[0]}")
+        elif op is Op.CONST:
+            L.append(f"o = {self.sym(f'c{n}', node.attrs['value'])}")
+        elif op is Op.DATA:
+            L.append(f"o = np.asarray({self.sym(f'arr{n}', node.attrs['array'])}[{k}])")
+        elif op is Op.DIM_VALUE:
+            L.append(f"o = np.asarray(d_{node.attrs['dim']}, dtype=np.int64)")
+        elif op is Op.RANDOM:
+            L.append(f"o = {self.sym(f'draw{n}', self._draw(n, node))}({k}{', ' + args[0] if args else ''})")
+        elif op is Op.UDF:
+            L.append(f"o = call_udf({self.sym(f'node{n}', node)}, [{', '.join(args)}], {k})")
+        elif op is Op.SINK:
+            vs = [f"ro({a})" for a in args]
+            v = f"[{', '.join(vs)}]" if node.attrs["multi"] else vs[0]
+            pt = "{" + ", ".join(f"'{d.name}': d_{d.name}" for d in node.domain) + "}"
+            L.append(f"{self.sym(f'fn{n}', node.attrs['fn'])}({v}, {pt})")
+            return L
+        elif op in (Op.UNARY, Op.BINARY) and self._fast(n, node, ins):
+            fn, cast = self._fast(n, node, ins)
+            pos = self.donated.get(n)
+            if pos is not None:
+                p, e = ins[pos]
+                pk = self.key(self.pdg.rec(p).domain)
+                L.append(f"o = {fn}({', '.join(args)}, out={args[pos]})")
+                L.append(f"dv = s{p}.pop({pk}, None)")
+                L.append("if dv is not None: live -= dv.nbytes")
+                if self.mode == "check":
+                    L.append(f"fr{p}.add({pk})")
+            else:
+                L.append(f"o = {fn}({', '.join(args)})" + (f".astype({cast})" if cast else ""))
+        else:
+            ctx = self.sym(f"ctx{n}", Ctx(node, self.names(node.domain)))
+            L.append(f"{ctx}.point = {k}")
+            L.append(f"o = evaluate({self.sym(f'node{n}', node)}, [{', '.join(args)}], 0, {ctx})[0]")
+        L.append(f"s{n}[{k}] = o")
+        self.stored.add(n)
+        if len(node.shapes) > 1:
+            L.append("live += sum(x.nbytes for x in o)")
+        else:
+            L.append("live += o.nbytes")
+        if self.mode == "check":
+            L.append(f"fr{n}.discard({k})")
+        return L
+
+    def _fast(self, n, node, ins):
+        """(function name, cast dtype or None) for a direct ufunc call, or None."""
+        table = UNARY if node.op is Op.UNARY else BINARY
+        fn = table.get(node.attrs.get("fn"))
+        if fn is None:
+            return None
+        dts = [self.pdg.rec(p).dtypes[e.out] for p, e in ins]
+        got = _probe(fn, dts)
+        if got is None:
+            return None
+        name = self.sym(f"uf{n}", fn)
+        if n in self.donated and (not isinstance(fn, np.ufunc) or got != node.dtype):
+            del self.donated[n]
+        return name, (None if got == node.dtype else self.sym(f"dt{n}", np.dtype(node.dtype)))
+
+    def _draw(self, n, node):
+        ctx = Ctx(node, self.names(node.domain))
+        seed, attrs = self.seed, node.attrs
+
+        def draw(pt, logits=None):
+            ctx.point = pt
+            shape = tuple(s if isinstance(s, int) else ctx.resolve(s) for s in node.shape)
+            v = rng.draw(attrs["dist"], seed, attrs["stream"], np.asarray([pt], dtype=np.int64), shape,
+                         node.dtype, attrs, None if logits is None else logits[None])
+            return v[0]
+
+        return draw
+
+    def plan_lines(self, n, node, ins, k):
+        if node.op is Op.SINK:
+            return []
+        nb = 0
+        dyn = []
+        for shape, dt in zip(node.shapes, node.dtypes):
+            size = np.dtype(dt).itemsize
+            expr = []
+            for s in shape:
+                if isinstance(s, int):
+                    size *= s
+                else:
+                    expr.append(f"max(0, {to_py(sympy.sympify(s), self.names(node.domain))})")
+            if expr:
+                dyn.append(f"{size} * " + " * ".join(expr))
+            else:
+                nb += size
+        total = " + ".join([str(nb)] + dyn)
+        L = [f"o = {total}"]
+        pos = self.donated.get(n)
+        if pos is not None:
+            p, e = ins[pos]
+            L.append(f"dv = s{p}.pop({self.key(self.pdg.rec(p).domain)}, None)")
+            L.append("if dv is not None: live -= dv")
+        L += [f"s{n}[{k}] = o", "live += o"]
+        self.stored.add(n)
+        return L
+
+    # whole program -----------------------------------------------------------------------
+    def source(self) -> str:
+        fns = []
+        for g in self.groups:
+            body = []
+            for n in g.members:
+                body += self.node_lines(n)
+            args = ", ".join(f"d_{d.name}" for d in g.domain)
+            fns.append(f"def G{g.gid}({args}):\n    nonlocal live, peak\n"
+                       + "".join(f"    {ln}\n" for ln in body)
+                       + "    if live > peak:\n        peak = live\n")
+        for n in sorted(self.frees):
+            node = self.pdg.rec(n)
+            args = ", ".join(f"d_{d.name}" for d in node.domain)
+            k = self.key(node.domain)
+            if self.mode == "plan":
+                nb = "v"
+            else:
+                nb = "sum(x.nbytes for x in v)" if len(node.shapes) > 1 else "v.nbytes"
+            chk = ""
+            if self.mode == "check":
+                chk = (f"    if {k} in fr{n}: return\n"
+                       f"    if {k} not in s{n}: bad_free({n}, {k})\n"
+                       f"    fr{n}.add({k})\n")
+            fns.append(f"def F{n}({args}):\n    nonlocal live\n{chk}    v = s{n}.pop({k}, None)\n"
+                       f"    if v is not None:\n        live -= {nb}\n")
+
+        def call_line(c):
+            return f"{'G' if c.kind == 'exec' else 'F'}{c.ident}({', '.join(c.args)})"
+
+        body = render(self.tree, call_line, 1) or ["    pass"]
+        run = "def run():\n" + "\n".join(body) + "\n"
+        inner = "\n".join(fns + [run])
+        inner += ("def mem():\n    return live, peak\n"
+                  "def reset():\n    nonlocal live, peak\n    live = 0\n    peak = 0\n")
+        src = "def make():\n    live = 0\n    peak = 0\n" + "".join(
+            "    " + ln + "\n" for ln in inner.splitlines()) + "    return run, mem, reset\n"
+        return src
+
+    def build(self, frees):
+        self.frees = frees
+        src = self.source()
+        for n in self.pdg.nodes:
+            self.ns[f"s{n}"] = {}
+            self.ns[f"fr{n}"] = set()
+        if self.mode == "check":
+            self.ns.update(chk=self._chk, chk_many=self._chk_many, bad_free=self._bad_free)
+        code = compile(src, "<timerl schedule>", "exec")
+        exec(code, self.ns)  # noqa: S102 - our own generated source
+        run, mem, reset = self.ns["make"]()
+        stores = [self.ns[f"s{n}"] for n in self.pdg.nodes]
+        freed = [self.ns[f"fr{n}"] for n in self.pdg.nodes]
+        return src, run, mem, reset, stores + freed
+
+    # checking mode ----------------------------------------------------------------------
+    def _where(self, n, k):
+        return ", ".join(f"{d.name} = {v}" for d, v in zip(self.pdg.rec(n).domain, k)) or "its only point"
+
+    def _chk(self, store, freed, k, p, n):
+        if k in store:
+            return store[k]
+        what = "after it was freed" if k in freed else "before it was written"
+        raise RuntimeFault(f"schedule check: tensor {self.pdg.rec(p).name!r} is read at point ({self._where(p, k)}) "
+                           f"{what}, by {self.pdg.rec(n).name!r}")
+
+    def _chk_many(self, store, freed, ks, p, n):
+        for k in ks:
+            self._chk(store, freed, k, p, n)
+        return None
+
+    def _bad_free(self, n, k):
+        raise RuntimeFault(f"schedule check: tensor {self.pdg.rec(n).name!r} is freed at point ({self._where(n, k)}) "
+                           "before it was written")

@@ -1,0 +1,253 @@
+"""The isl model of a PDG for scheduling: statements, dependences, the computed schedule.
+
+Statement ``S<g>`` is a *group* of live nodes (see :func:`make_groups`): nodes with
+the same domain and the same demanded points, joined at the same point by basis
+edges, executed together in a fixed topological order. Grouping keeps isl's problem
+small (the scheduler's cost grows steeply with statements). Its domain is the group's
+demanded set with the bounds as isl parameters fixed by the context.
+
+Dependences (producer instance -> consumer instance) come from every live edge's
+access relation (``analysis.model.access``), restricted to both ends' demanded
+points, plus an order among UDFs that share a ``state`` key (program order: the
+full point, then creation index). They are both validity and proximity constraints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import islpy as isl
+import networkx as nx
+
+from ..errors import CompileError
+from ..ir.ops import Op, is_basis
+from ..ir.polyhedral import params_decl, stmt, var
+
+# ops that always form a statement of their own
+_ALONE = frozenset({Op.MERGE, Op.UDF})
+
+
+@dataclasses.dataclass
+class Group:
+    gid: int  # the representative node (smallest id)
+    members: list  # node ids in execution order at one point
+    domain: tuple  # dims shared by all members
+
+    @property
+    def name(self) -> str:
+        return stmt(self.gid)
+
+
+def _renamed(s, name):
+    return s.set_tuple_name(name)
+
+
+def _same_point(pdg, c, p, e) -> bool:
+    return pdg.rec(c).domain == pdg.rec(p).domain and is_basis(e, pdg.rec(p).domain)
+
+
+def make_groups(pdg, analysis, enabled=True) -> tuple[list, dict]:
+    """Groups of live nodes and the map node -> group id."""
+    live = [n for n in analysis.live if not analysis.demand[n].is_empty()]
+    parent = {n: n for n in live}
+
+    def find(n):
+        while parent[n] != n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+
+    if enabled:
+        for c in live:
+            if pdg.rec(c).op in _ALONE:
+                continue
+            for p, e in pdg.inputs(c):
+                if p not in parent or pdg.rec(p).op is Op.UDF or not _same_point(pdg, c, p, e):
+                    continue
+                dc, dp = analysis.demand[c], analysis.demand[p]
+                if not _renamed(dp, stmt(c)).is_equal(dc):
+                    continue
+                a, b = find(c), find(p)
+                if a != b:
+                    parent[max(a, b)] = min(a, b)
+    members = {}
+    for n in live:
+        members.setdefault(find(n), []).append(n)
+    groups, of = [], {}
+    for gid, ms in sorted(members.items()):
+        if len(ms) > 1:
+            g = nx.DiGraph()
+            g.add_nodes_from(ms)
+            for c in ms:
+                for p, e in pdg.inputs(c):
+                    if p in ms and p != c and _same_point(pdg, c, p, e):
+                        g.add_edge(p, c)
+            try:
+                order = list(nx.lexicographical_topological_sort(g))
+            except nx.NetworkXUnfeasible:
+                return make_groups(pdg, analysis, enabled=False)
+        else:
+            order = ms
+        groups.append(Group(gid, order, pdg.rec(gid).domain))
+        for n in ms:
+            of[n] = gid
+    return groups, of
+
+
+def _union(items, cls):
+    out = None
+    for x in items:
+        u = cls.from_set(x) if cls is isl.UnionSet else cls.from_map(x)
+        out = u if out is None else out.union(u)
+    return out
+
+
+def access_g(analysis, of, c, p, pos):
+    """{ S<group of c>[y] -> S<p>[x] }: what node ``c`` reads of ``p`` at its demanded points."""
+    a = analysis.model.access(c, p, pos).intersect_domain(analysis.demand[c])
+    return a.set_tuple_name(isl.dim_type.in_, stmt(of[c]))
+
+
+@dataclasses.dataclass
+class Problem:
+    groups: list
+    of: dict  # node -> group id
+    domain: isl.UnionSet  # of the group statements
+    deps: isl.UnionMap | None  # producer instance -> consumer instance
+    ctx: isl.Set
+
+
+def build_problem(prog, pdg, analysis, grouping=True) -> Problem:
+    groups, of = make_groups(pdg, analysis, grouping)
+    byid = {g.gid: g for g in groups}
+    dom = _union([_renamed(analysis.demand[g.gid], g.name) for g in groups], isl.UnionSet)
+    deps = []
+    for g in groups:
+        for c in g.members:
+            for p, e in pdg.inputs(c):
+                if p not in of:
+                    continue
+                if of[p] == g.gid and _same_point(pdg, c, p, e):
+                    continue  # ordered inside the group
+                a = access_g(analysis, of, c, p, e.pos).intersect_range(analysis.demand[p])
+                a = a.set_tuple_name(isl.dim_type.out, stmt(of[p]))
+                if not a.is_empty():
+                    deps.append(a.reverse())
+    deps += _state_deps(prog, pdg, analysis, of, byid)
+    return Problem(groups, of, dom, _union(deps, isl.UnionMap) if deps else None, analysis.model.ctx)
+
+
+def _full(prog, node, pre):
+    have = {d.name for d in node.domain}
+    return [f"{pre}{d.name}" if d.name in have else "-1" for d in prog.dims]
+
+
+def _state_deps(prog, pdg, analysis, of, byid):
+    """UDFs sharing a ``state`` key run in program order: (full point, creation index)."""
+    by_state = {}
+    for n in analysis.live:
+        node = pdg.rec(n)
+        if node.op is Op.UDF and node.attrs.get("state") is not None and n in of:
+            by_state.setdefault(node.attrs["state"], []).append(n)
+    out = []
+    for ns in by_state.values():
+        for a in ns:
+            for b in ns:
+                na, nb = pdg.rec(a), pdg.rec(b)
+                fa, fb = _full(prog, na, "a_"), _full(prog, nb, "b_")
+                alts = []
+                for k in range(len(fa)):
+                    eq = [f"{x} = {y}" for x, y in zip(fa[:k], fb[:k])]
+                    alts.append("(" + " and ".join(eq + [f"{fa[k]} < {fb[k]}"]) + ")")
+                if na.index < nb.index:
+                    alts.append("(" + " and ".join([f"{x} = {y}" for x, y in zip(fa, fb)] or ["0 = 0"]) + ")")
+                if not alts:
+                    continue
+                ta = ", ".join(f"a_{d.name}" for d in na.domain)
+                tb = ", ".join(f"b_{d.name}" for d in nb.domain)
+                m = isl.Map(f"{params_decl(prog)} -> {{ {stmt(of[a])}[{ta}] -> {stmt(of[b])}[{tb}] : "
+                            f"{' or '.join(alts)} }}")
+                m = m.intersect_params(analysis.model.ctx)
+                m = m.intersect_domain(_renamed(analysis.demand[a], stmt(of[a])))
+                m = m.intersect_range(_renamed(analysis.demand[b], stmt(of[b])))
+                if not m.is_empty():
+                    out.append(m)
+    return out
+
+
+_OPTIONS = {
+    # name -> (isl option setter name, value): alternatives the memory planner may try
+    "default": (),
+    "serialize_sccs": (("schedule_serialize_sccs", 1),),
+    "no_proximity": (),
+}
+
+
+def compute_schedule(prog, pdg, problem: Problem, variant="default") -> isl.Schedule:
+    """isl's schedule for the problem; a ``tl.CompileError`` naming the tensors if none exists."""
+    ctx = isl.DEFAULT_CONTEXT
+    saved = []
+    for opt, val in _OPTIONS[variant]:
+        saved.append((opt, getattr(ctx, f"get_{opt}")()))
+        getattr(ctx, f"set_{opt}")(val)
+    try:
+        sc = isl.ScheduleConstraints.on_domain(problem.domain)
+        if problem.deps is not None:
+            sc = sc.set_validity(problem.deps)
+            if variant != "no_proximity":
+                sc = sc.set_proximity(problem.deps)
+        try:
+            sched = sc.compute_schedule()
+        except isl.Error:
+            sched = None
+    finally:
+        for opt, val in saved:
+            getattr(ctx, f"set_{opt}")(val)
+    if sched is None or sched.get_domain().is_empty() and not problem.domain.is_empty():
+        raise CompileError(_unschedulable(pdg, problem))
+    return sched
+
+
+def _unschedulable(pdg, problem) -> str:
+    g = nx.DiGraph()
+    for gr in problem.groups:
+        g.add_node(gr.gid)
+    if problem.deps is not None:
+        def add(m):
+            a = int(m.get_tuple_name(isl.dim_type.in_)[1:])
+            b = int(m.get_tuple_name(isl.dim_type.out)[1:])
+            g.add_edge(a, b)
+        problem.deps.foreach_map(add)
+    byid = {gr.gid: gr for gr in problem.groups}
+    names = []
+    for scc in nx.strongly_connected_components(g):
+        if len(scc) > 1 or any(g.has_edge(n, n) for n in scc):
+            for gid in sorted(scc):
+                names += [pdg.rec(n).name for n in byid[gid].members]
+    names = list(dict.fromkeys(names))
+    return ("isl found no schedule that computes every point before it is read; tensors involved: "
+            + ", ".join(repr(n) for n in names or [pdg.rec(gr.gid).name for gr in problem.groups]))
+
+
+def time_map(schedule: isl.Schedule, problem: Problem) -> isl.UnionMap:
+    """Statement instance -> time vector ``(isl schedule..., rank of the group, 0)``.
+
+    The two trailing dims make the order total and leave room for memory statements
+    placed right after an execution (same prefix, last dim >= 1).
+    """
+    rank = {g.name: k for k, g in enumerate(problem.groups)}
+    maps = []
+    sm = schedule.get_map().intersect_domain(problem.domain)
+
+    def add(m):
+        n = m.dim(isl.dim_type.out)
+        m = m.add_dims(isl.dim_type.out, 2)
+        m = m.fix_val(isl.dim_type.out, n, rank[m.get_tuple_name(isl.dim_type.in_)])
+        m = m.fix_val(isl.dim_type.out, n + 1, 0)
+        maps.append(m)
+
+    sm.foreach_map(add)
+    return _union(maps, isl.UnionMap)
+
+
+__all__ = ["Group", "Problem", "build_problem", "compute_schedule", "make_groups", "time_map", "var"]

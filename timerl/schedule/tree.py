@@ -1,0 +1,185 @@
+"""The schedule tree: isl's AST lowered into loops, guards, sequences, executions and frees.
+
+It prints as readable Python-like code (``str(tree)``) and renders as Python source
+(:func:`render_py`) that the interpreter compiles once: loops become Python loops and
+each statement instance is one call of a precompiled closure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import islpy as isl
+
+_NT = isl.ast_node_type
+_OP = isl.ast_expr_op_type
+
+
+@dataclasses.dataclass
+class Loop:
+    it: str
+    init: str
+    stop: str | None  # exclusive upper bound, or None with ``cond`` for a while loop
+    step: int
+    body: object
+    cond: str = ""
+
+
+@dataclasses.dataclass
+class Guard:
+    cond: str
+    then: object
+    other: object = None
+
+
+@dataclasses.dataclass
+class Seq:
+    children: list
+
+
+@dataclasses.dataclass
+class Call:
+    kind: str  # "exec" | "free"
+    ident: int  # group id (exec) or node id (free)
+    args: list  # python expressions over loop iterators, one per dim of the statement
+
+
+_BIN = {_OP.add: "+", _OP.sub: "-", _OP.mul: "*", _OP.div: "//", _OP.fdiv_q: "//", _OP.pdiv_q: "//",
+        _OP.pdiv_r: "%", _OP.zdiv_r: "%", _OP.eq: "==", _OP.le: "<=", _OP.lt: "<", _OP.ge: ">=",
+        _OP.gt: ">", _OP.and_: "and", _OP.and_then: "and", _OP.or_: "or", _OP.or_else: "or"}
+
+
+def expr_py(e, params: dict) -> str:
+    t = e.get_type()
+    if t == isl.ast_expr_type.int:
+        return str(e.get_val().to_python())
+    if t == isl.ast_expr_type.id:
+        name = e.get_id().get_name()
+        return str(params.get(name, name))
+    op = e.get_op_type()
+    args = [expr_py(e.get_op_arg(k), params) for k in range(e.get_op_n_arg())]
+    if op in _BIN:
+        return f"({args[0]} {_BIN[op]} {args[1]})"
+    if op == _OP.minus:
+        return f"(-{args[0]})"
+    if op in (_OP.max, _OP.min):
+        return f"{'max' if op == _OP.max else 'min'}({', '.join(args)})"
+    if op in (_OP.cond, _OP.select):
+        return f"({args[1]} if {args[0]} else {args[2]})"
+    raise NotImplementedError(f"isl AST expression {op} is not supported by the schedule lowering")
+
+
+def from_ast(node, params: dict):
+    """Walk isl's AST (for / if / block / user) into the schedule tree."""
+    t = node.get_type()
+    if t == _NT.block:
+        ch = node.block_get_children()
+        return Seq([from_ast(ch.get_at(k), params) for k in range(ch.n_ast_node())])
+    if t == _NT.for_:
+        it = expr_py(node.for_get_iterator(), params)
+        init = expr_py(node.for_get_init(), params)
+        inc = node.for_get_inc().get_val().to_python()
+        cond = node.for_get_cond()
+        body = from_ast(node.for_get_body(), params)
+        if cond.get_type() == isl.ast_expr_type.op and cond.get_op_type() in (_OP.le, _OP.lt):
+            lhs = cond.get_op_arg(0)
+            if lhs.get_type() == isl.ast_expr_type.id and expr_py(lhs, params) == it:
+                rhs = expr_py(cond.get_op_arg(1), params)
+                stop = rhs if cond.get_op_type() == _OP.lt else _plus1(rhs)
+                return Loop(it, init, stop, inc, body)
+        return Loop(it, init, None, inc, body, cond=expr_py(cond, params))
+    if t == _NT.if_:
+        cond = expr_py(node.if_get_cond(), params)
+        other = from_ast(node.if_get_else_node(), params) if node.if_has_else_node() else None
+        return Guard(cond, from_ast(node.if_get_then_node(), params), other)
+    if t == _NT.mark:
+        return from_ast(node.mark_get_node(), params)
+    if t == _NT.user:
+        e = node.user_get_expr()
+        name = e.get_op_arg(0).get_id().get_name()
+        args = [expr_py(e.get_op_arg(k), params) for k in range(1, e.get_op_n_arg())]
+        return Call("exec" if name[0] == "S" else "free", int(name[1:]), args)
+    raise NotImplementedError(f"isl AST node {t} is not supported by the schedule lowering")
+
+
+def _plus1(s: str) -> str:
+    try:
+        return str(int(s) + 1)
+    except ValueError:
+        return f"{s} + 1"
+
+
+def walk(tree):
+    """Every Call of the tree, in program order."""
+    if isinstance(tree, Call):
+        yield tree
+    elif isinstance(tree, Seq):
+        for c in tree.children:
+            yield from walk(c)
+    elif isinstance(tree, Loop):
+        yield from walk(tree.body)
+    elif isinstance(tree, Guard):
+        yield from walk(tree.then)
+        if tree.other is not None:
+            yield from walk(tree.other)
+
+
+def render(tree, call_line, indent=0) -> list[str]:
+    """Lines of Python-like code; ``call_line(call)`` renders one statement instance."""
+    pad = "    " * indent
+    if isinstance(tree, Seq):
+        out = []
+        for c in tree.children:
+            out += render(c, call_line, indent)
+        return out
+    if isinstance(tree, Loop):
+        if tree.stop is None:
+            head = [f"{pad}{tree.it} = {tree.init}", f"{pad}while {tree.cond}:"]
+            return head + render(tree.body, call_line, indent + 1) + [f"{pad}    {tree.it} += {tree.step}"]
+        rng = f"{tree.init}, {tree.stop}" + (f", {tree.step}" if tree.step != 1 else "")
+        return [f"{pad}for {tree.it} in range({rng}):"] + render(tree.body, call_line, indent + 1)
+    if isinstance(tree, Guard):
+        out = [f"{pad}if {tree.cond}:"] + render(tree.then, call_line, indent + 1)
+        if tree.other is not None:
+            out += [f"{pad}else:"] + render(tree.other, call_line, indent + 1)
+        return out
+    if isinstance(tree, Call):
+        return [pad + call_line(tree)]
+    raise TypeError(tree)
+
+
+class ScheduleTree:
+    """The program's schedule: ``str()`` shows loops, executions and frees."""
+
+    def __init__(self, tree, groups, pdg, donated=None):
+        self.tree, self.pdg = tree, pdg
+        self.groups = {g.gid: g for g in groups}
+        self.donated = donated or {}
+
+    def _line(self, call):
+        if call.kind == "exec":
+            g = self.groups[call.ident]
+            where = ", ".join(f"{d.name}={a}" for d, a in zip(g.domain, call.args))
+            ops = "; ".join(self._op(n) for n in g.members)
+            return f"exec S{g.gid}[{where}]  # {ops}"
+        node = self.pdg.rec(call.ident)
+        where = ", ".join(f"{d.name}={a}" for d, a in zip(node.domain, call.args))
+        return f"free {node.name}[{where}]  # S{call.ident}"
+
+    def _op(self, n):
+        node = self.pdg.rec(n)
+        s = f"%{n} {node.op.value}"
+        if "fn" in node.attrs and isinstance(node.attrs["fn"], str):
+            s += f".{node.attrs['fn']}"
+        s += f" {node.name}"
+        if n in self.donated:
+            s += f" (in place of operand {self.donated[n]})"
+        return s
+
+    def calls(self):
+        return list(walk(self.tree))
+
+    def __str__(self):
+        return "\n".join(render(self.tree, self._line)) + "\n"
+
+    __repr__ = __str__
