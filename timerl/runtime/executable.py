@@ -30,7 +30,16 @@ class Plan:
     def __init__(self, prog, pdg, bounds, analysis, grouping, variant, times):
         t0 = time.perf_counter()
         self.problem = build_problem(prog, pdg, analysis, grouping)
-        self.isl_schedule = compute_schedule(prog, pdg, self.problem, variant)
+        try:
+            self.isl_schedule = compute_schedule(prog, pdg, self.problem, variant)
+        except CompileError:
+            if not grouping:
+                raise
+            # grouping joined two instances that depend on each other through another
+            # statement (a cycle at one point): schedule one statement per node instead
+            grouping = False
+            self.problem = build_problem(prog, pdg, analysis, grouping)
+            self.isl_schedule = compute_schedule(prog, pdg, self.problem, variant)
         T = time_map(self.isl_schedule, self.problem)
         t1 = time.perf_counter()
         last = memory.last_reads(prog, pdg, analysis, self.problem, T)

@@ -152,6 +152,8 @@ class Lowering:
             L.append(f"o = {self.sym(f'draw{n}', self._draw(n, node))}({k}{', ' + args[0] if args else ''})")
         elif op is Op.UDF:
             L.append(f"o = call_udf({self.sym(f'node{n}', node)}, [{', '.join(args)}], {k})")
+            if len(node.shapes) == 1:
+                L.append(f"o = o[0] if o else {self.sym(f'z{n}', np.zeros((), node.dtype))}")
         elif op is Op.SINK:
             vs = [f"ro({a})" for a in args]
             v = f"[{', '.join(vs)}]" if node.attrs["multi"] else vs[0]
