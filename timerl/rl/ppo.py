@@ -8,7 +8,7 @@ Dims: ``i`` (iteration), ``t`` (step in the rollout), ``k`` (update within an it
 ``epochs x minibatches`` of them). Acting runs over ``(i, t)`` with the parameters at the
 start of the iteration; GAE is a backward recurrence over ``t`` bootstrapped from the
 critic on ``o[i, T]``; the learner reads the rollout through constant slices
-(``o[i, 0:T]``), draws a fresh ``tl.random.permutation`` per epoch and takes minibatch
+(``o[i, 0:T]``, with T fixed at build time), draws a fresh ``tl.random.permutation`` per epoch and takes minibatch
 ``k % minibatches`` of it; ``opt.step(loss, dim=k)`` adds the update recurrence along ``k``.
 """
 
@@ -59,6 +59,7 @@ def check(args):
 def build(args: Args, callback=None):
     """The PPO program: returns ``(prog, bounds, history)``."""
     import timerl as tl
+    from timerl import optim
 
     from .policies import Actor, Critic
 
@@ -90,8 +91,8 @@ def build(args: Args, callback=None):
         ret = adv + v.detach()
 
         # -- the rollout as one batch of B = N * T samples --------------------------------------------
-        def batch(x, *trail):
-            return x[i, 0:T].detach().reshape((B,) + trail)
+        def batch(x, *trail):  # the slice has the int length num_steps, so B is an int
+            return x[i, 0:args.num_steps].detach().reshape((B,) + trail)
 
         obs_dim = math.prod(env.single_observation_shape)
         b_obs = batch(o.reshape((N, obs_dim)) if len(env.single_observation_shape) > 1 else o, obs_dim)
@@ -125,8 +126,8 @@ def build(args: Args, callback=None):
         approx_kl = ((ratio - 1.0) - tl.log(ratio)).mean()
 
         # -- the update recurrence along k, with linear annealing over i -----------------------------------
-        lr = args.lr * (1.0 - tl.dim_value(i).astype("float32") / n_iter) if args.anneal_lr else args.lr
-        opt = tl.optim.Adam(actor.parameters() + critic.parameters(), lr=lr, eps=1e-5,
+        lr = optim.linear_schedule(args.lr, i) if args.anneal_lr else args.lr   # α (1 - i / I)
+        opt = optim.Adam(actor.parameters() + critic.parameters(), lr=lr, eps=1e-5,
                             max_grad_norm=args.max_grad_norm or None)
         opt.step(loss, dim=k)
 

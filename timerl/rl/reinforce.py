@@ -41,6 +41,7 @@ def check(args):
 def build(args: Args, callback=None):
     """The REINFORCE program: returns ``(prog, bounds, history)``."""
     import timerl as tl
+    from timerl import optim
 
     from .policies import Actor
 
@@ -66,15 +67,16 @@ def build(args: Args, callback=None):
             G = tl.rl.nstep_returns(r, done, args.nstep, args.gamma)
 
         # -- learning: the whole rollout at once --------------------------------------------------------
-        G_b = G[i, 0:T]                                           # (T, N)
+        Tn = args.num_steps                                       # T, fixed when the program is built
+        G_b = G[i, 0:Tn]                                          # (T, N)
         if args.norm_returns:
             G_b = (G_b - G_b.mean()) / (G_b.std() + 1e-8)
-        pi = actor.dist(o[i, 0:T])
-        logp = pi.log_prob(a[i, 0:T])                             # (T, N)
+        pi = actor.dist(o[i, 0:Tn])
+        logp = pi.log_prob(a[i, 0:Tn])                             # (T, N)
         entropy = pi.entropy().mean()
         loss = -(logp * G_b.detach()).mean() - args.ent_coef * entropy
-        lr = args.lr * (1.0 - tl.dim_value(i).astype("float32") / n_iter) if args.anneal_lr else args.lr
-        opt = tl.optim.Adam(actor.parameters(), lr=lr, eps=1e-5,
+        lr = optim.linear_schedule(args.lr, i) if args.anneal_lr else args.lr   # α (1 - i / I)
+        opt = optim.Adam(actor.parameters(), lr=lr, eps=1e-5,
                             max_grad_norm=args.max_grad_norm or None)
         opt.step(loss)
 
