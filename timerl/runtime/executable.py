@@ -60,9 +60,10 @@ class Plan:
         for k, v in (("schedule", t1 - t0), ("memory", t2 - t1), ("ast", t3 - t2)):
             times[k] = times.get(k, 0.0) + v
 
-    def lower(self, prog, pdg, bounds, seed, mode):
-        low = Lowering(prog, pdg, bounds, seed, self.problem.groups, self.tree, dict(self.donated), mode)
+    def lower(self, prog, pdg, bounds, seed, mode, backend="numpy"):
+        low = Lowering(prog, pdg, bounds, seed, self.problem.groups, self.tree, dict(self.donated), mode, backend)
         out = low.build(self.frees)
+        self.kernels = low.kernels
         if mode != "plan":
             self.donated = low.donated  # the lowering may decline a donation it cannot do in place
             self.schedule.donated = low.donated
@@ -120,11 +121,11 @@ class Executable:
         self.analysis, self.plan, self.backend, self.check = analysis, plan, backend, check
         t0 = time.perf_counter()
         self.source, self._run, self._mem, self._reset, self._stores = plan.lower(
-            prog, pdg, bounds, seed, "check" if check else "run")
+            prog, pdg, bounds, seed, "check" if check else "run", backend)
         times["lower"] = time.perf_counter() - t0
         self.schedule = plan.schedule
         self.stats = {"peak_bytes": 0, "peak_host_bytes": 0, "compile_seconds": times, "run_seconds": 0.0,
-                      "kernels": 0, "swapped_bytes": 0, "planned_peak_bytes": planned,
+                      "kernels": len(plan.kernels), "swapped_bytes": 0, "planned_peak_bytes": planned,
                       "statements": len(plan.problem.groups), "donations": len(plan.donated)}
 
     def planned_peak(self) -> int:

@@ -23,6 +23,7 @@ from ..ir import rng
 from ..ir.expr import compile_py, cond_to_py, to_py
 from ..ir.ops import Op, Slice
 from ..ir.semantics import BINARY, UNARY, evaluate
+from ..kernels import cpu
 from ..schedule.tree import render
 from .reference import _readonly, call_udf
 
@@ -70,8 +71,9 @@ def _probe(fn, dtypes):
 class Lowering:
     """Renders the Python source of one schedule for one mode."""
 
-    def __init__(self, prog, pdg, bounds, seed, groups, tree, donated, mode="run"):
+    def __init__(self, prog, pdg, bounds, seed, groups, tree, donated, mode="run", backend="numpy"):
         self.prog, self.pdg, self.bounds, self.seed = prog, pdg, bounds, seed
+        self.backend, self.kernels = backend, {}
         self.groups, self.tree, self.donated, self.mode = groups, tree, donated, mode
         self.ns = {"np": np, "gather": gather, "gather_keys": gather_keys, "RuntimeFault": RuntimeFault,
                    "call_udf": call_udf, "ro": _readonly, "evaluate": evaluate, "rng": rng, "min": min, "max": max}
@@ -187,6 +189,30 @@ class Lowering:
             L.append(f"fr{n}.discard({k})")
         return L
 
+    def kernel_lines(self, chain, g) -> list[str]:
+        """One numba kernel call computing a chain of elementwise ops; stores the values read outside it."""
+        outputs = [n for n in chain if any(c not in chain for c, _ in self.pdg.consumers(n))]
+        src, ext = cpu.render(self.pdg, chain, outputs)
+        kern = cpu.load(src)
+        kid = f"K{chain[0]}"
+        self.kernels[kid] = src
+        self.ns[kid] = kern
+        node0 = self.pdg.rec(chain[0])
+        size = int(np.prod(node0.shape))
+        args = []
+        for p, e, scalar in ext:
+            a = self.read(chain[0], p, e)
+            args.append(f"float({a})" if scalar else f"{a}.ravel()")
+        k = self.key(g.domain)
+        shape = self.sym(f"shape{chain[0]}", tuple(node0.shape))
+        L = [f"r = {kid}({', '.join(args + [str(size)])})"]
+        for j, o in enumerate(outputs):
+            L += [f"o = r[{j}].reshape({shape})", f"s{o}[{k}] = o", "live += o.nbytes"]
+            if self.mode == "check":
+                L.append(f"fr{o}.discard({k})")
+            self.stored.add(o)
+        return L
+
     def _fast(self, n, node, ins):
         """(function name, cast dtype or None) for a direct ufunc call, or None."""
         table = UNARY if node.op is Op.UNARY else BINARY
@@ -248,8 +274,16 @@ class Lowering:
         fns = []
         for g in self.groups:
             body = []
+            fused = {}
+            if self.backend == "numba" and self.mode != "plan":
+                for ch in cpu.chains(self.pdg, g.members):
+                    for n in ch:
+                        fused[n] = ch
             for n in g.members:
-                body += self.node_lines(n)
+                if n not in fused:
+                    body += self.node_lines(n)
+                elif fused[n][0] == n:
+                    body += self.kernel_lines(fused[n], g)
             args = ", ".join(f"d_{d.name}" for d in g.domain)
             fns.append(f"def G{g.gid}({args}):\n    nonlocal live, peak\n"
                        + "".join(f"    {ln}\n" for ln in body)
@@ -258,6 +292,9 @@ class Lowering:
             node = self.pdg.rec(n)
             args = ", ".join(f"d_{d.name}" for d in node.domain)
             k = self.key(node.domain)
+            if n not in self.stored:  # computed inside a kernel and never stored
+                fns.append(f"def F{n}({args}):\n    pass\n")
+                continue
             if self.mode == "plan":
                 nb = "v"
             else:

@@ -57,6 +57,14 @@ def make_groups(pdg, analysis, enabled=True) -> tuple[list, dict]:
             n = parent[n]
         return n
 
+    # each group holds at most one recurrence (nontrivial SCC of the node graph): a forward
+    # and a backward recurrence in one statement could have no order at all
+    sub = pdg.subgraph(live)
+    tag = {}
+    for k, scc in enumerate(nx.strongly_connected_components(sub)):
+        if len(scc) > 1 or any(sub.has_edge(n, n) for n in scc):
+            for n in scc:
+                tag[n] = k
     if enabled:
         for c in live:
             if pdg.rec(c).op in _ALONE:
@@ -69,7 +77,13 @@ def make_groups(pdg, analysis, enabled=True) -> tuple[list, dict]:
                     continue
                 a, b = find(c), find(p)
                 if a != b:
-                    parent[max(a, b)] = min(a, b)
+                    ta, tb = tag.get(a), tag.get(b)
+                    if ta is not None and tb is not None and ta != tb:
+                        continue
+                    lo, hi = min(a, b), max(a, b)
+                    parent[hi] = lo
+                    if tag.get(lo) is None and tag.get(hi) is not None:
+                        tag[lo] = tag[hi]
     members = {}
     for n in live:
         members.setdefault(find(n), []).append(n)
