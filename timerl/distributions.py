@@ -37,8 +37,9 @@ class Categorical:
     def probs(self):
         return F.exp(self.log_probs)
 
-    def sample(self):
-        return R.categorical(self.logits.detach())
+    def sample(self, domain=()):
+        """One action per point of the logits' domain (and of ``domain``), without gradient."""
+        return R.categorical(self.logits.detach(), domain=domain)
 
     def log_prob(self, a):
         a = O.as_tensor(a)
@@ -65,8 +66,11 @@ class Normal:
     def std(self):
         return F.exp(self.log_std)
 
-    def sample(self):
-        domain = self.mean.prog.sort_domain(list(self.mean.domain) + list(self.log_std.domain))
+    def sample(self, domain=()):
+        """``mean + std * noise`` per point of the operands' domains (and of ``domain``), without
+        gradient (``log_prob`` of the sample is what a policy gradient differentiates)."""
+        domain = tuple(domain) if isinstance(domain, (tuple, list)) else (domain,)
+        domain = self.mean.prog.sort_domain(list(self.mean.domain) + list(self.log_std.domain) + list(domain))
         eps = R.normal(self.shape, domain=domain, dtype=self.mean.dtype)
         return (self.mean + self.std * eps).detach()
 

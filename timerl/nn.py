@@ -82,7 +82,9 @@ def _default_domain(domain):
 def Parameter(shape, domain=None, init="zeros", dtype="float32", gain=1.0, seed=None, name=None) -> RecurrentTensor:
     """A trainable tensor: a placeholder over ``domain`` with ``p[0, ..., 0] = init``.
 
-    It requires a gradient; ``opt.step`` adds its update branch.
+    Until an optimizer updates it, it holds its value: ``p[i + 1] = p[i]`` (over ``(i, k)``:
+    ``p[i, 0] = p[i - 1, K]`` and ``p[i, k + 1] = p[i, k]``); ``opt.step`` replaces the hold
+    branch with the update. It requires a gradient.
     """
     prog = current_program()
     domain = _default_domain(domain)
@@ -91,8 +93,15 @@ def Parameter(shape, domain=None, init="zeros", dtype="float32", gain=1.0, seed=
     value = _init_value(init, shape, np.dtype(dtype), gain, rng)
     p = O.placeholder(shape, dtype, domain, name=name or "parameter")
     p[(0,) * len(domain)] = O.const(value, name=f"init({name or 'parameter'})")
-    prog.pdg.nodes[p.nid]["requires_grad"] = True
-    prog.pdg.nodes[p.nid]["parameter"] = True
+    u = domain[-1]
+    if len(domain) == 2:
+        p[u == 0] = p[domain[0] - 1, u.bound]
+    # hold the value until an optimizer replaces this branch with its update
+    p[tuple(d + 1 if d is u else d for d in domain)] = p
+    attrs = prog.pdg.nodes[p.nid]
+    attrs["requires_grad"] = True
+    attrs["parameter"] = True
+    attrs["hold_branch"] = len(prog.pdg.inputs(p.nid)) - 1
     return p
 
 

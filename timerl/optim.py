@@ -38,6 +38,7 @@ from .api import ops as O
 from .api.autodiff import bound_value, grad
 from .api.tensor import RecurrentTensor
 from .errors import CompileError
+from .ir.ops import Edge
 
 __all__ = ["SGD", "Adam", "Optimizer", "linear_schedule", "final"]
 
@@ -56,6 +57,26 @@ def final(p):
     if len(dims) == 1:
         return p[dims[0].bound]
     return p[tuple(d.bound - 1 for d in dims[:-1]) + (dims[-1].bound,)]
+
+
+def _replace_hold(p, new):
+    """Replace parameter ``p``'s hold branch (``p[.., u + 1] = p``) by ``p[.., u + 1] = new``."""
+    pdg = p.prog.pdg
+    pos = pdg.nodes[p.nid].get("hold_branch")
+    if pos is None:
+        raise CompileError(f"{p.name!r} is not a tl.nn.Parameter (it has no hold branch to update)")
+    (key, hold), = [(k, d["edge"]) for _, _, k, d in pdg.out_edges(p.nid, keys=True, data=True) if d["edge"].pos == pos]
+    new = O.cast(new, p.dtype)
+    if tuple(new.shape) != tuple(p.shape):
+        new = O.broadcast_to(new, p.shape)
+    extra = [d for d in new.domain if d not in p.domain]
+    if extra:
+        raise CompileError(f"the update of {p.name!r} has dims {', '.join(d.name for d in extra)} outside its domain")
+    shift = dict(zip(p.domain, hold.shift))
+    index = tuple(d.e - shift[d] for d in new.domain)
+    pdg.remove_edge(p.nid, p.nid, key)
+    pdg.add_dep(p.nid, new.nid, Edge(pos=pos, out=new.out, index=index, cond=hold.cond, shift=hold.shift))
+    pdg.nodes[p.nid]["hold_branch"] = None
 
 
 class Optimizer:
@@ -91,12 +112,16 @@ class Optimizer:
             self._count = self._step_count(u)
             for j, (p, g) in enumerate(zip(self.params, grads)):
                 new = self.update(j, p, g)
-                self._add_update(p, new, u, root=True)
+                _replace_hold(p, new)
+                self.prog.pdg.nodes[new.nid]["root"] = True
                 self.prog.param_updates.append((p.nid, new.nid))
                 self.prog.pdg.nodes[p.nid]["update_dim"] = u.name
         return self
 
     def _update_dim(self, dim):
+        for p in self.params:
+            if self.prog.pdg.nodes[p.nid].get("update_dim") is not None:
+                raise CompileError(f"parameter {p.name!r} already has an update (opt.step was called for it)")
         doms = {tuple(p.domain) for p in self.params}
         if len(doms) != 1:
             raise CompileError("optimizer: all parameters must share one domain, got "
@@ -120,14 +145,11 @@ class Optimizer:
             n = n + O.dim_value(dom[0]) * bound_value(u.bound)
         return n
 
-    def _add_update(self, x, new, u, root=False):
+    def _add_update(self, x, new, u):
         dom = x.domain
         if len(dom) == 2:
-            o = dom[0]
-            x[u == 0] = x[o - 1, u.bound]
+            x[u == 0] = x[dom[0] - 1, u.bound]
         x[tuple(d + 1 if d is u else d for d in dom)] = new
-        if root:
-            self.prog.pdg.nodes[new.nid]["root"] = True
 
     def state(self, p, name):
         """A state placeholder like ``p`` with ``s[0, ...] = 0``."""

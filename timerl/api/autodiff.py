@@ -225,6 +225,8 @@ class _Backward:
 
     # which nodes are differentiated ----------------------------------------------------------
     def _gedges(self, c):
+        if self.pdg.nodes[c].get("parameter"):
+            return []  # a parameter's branches (hold, update) are not differentiated through
         node = self.pdg.rec(c)
         return [(p, e) for p, e in self.pdg.inputs(c) if not stop_edge(node, e.pos)]
 
