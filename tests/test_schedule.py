@@ -160,3 +160,18 @@ def test_unknown_pass_is_a_compile_error():
     prog, _ = _window_prog(False)
     with pytest.raises(tl.CompileError, match="unknown pass"):
         prog.compile({"T": 4}, backend="numpy", passes={"nope": False})
+
+
+def test_numba_fuses_an_elementwise_chain_into_one_kernel():
+    prog = tl.Program("t")
+    (t,), (T,) = prog.dims, prog.bounds
+    x = np.linspace(0, 1, 4 * 3, dtype="float32").reshape(4, 3)
+    out = {}
+    with prog:
+        xt = tl.tensor(x, (t,), name="x")
+        tl.sink(tl.tanh(xt * 2.0 + 1.0) - 3.0, lambda v, p: out.__setitem__(p["t"], v.copy()))
+    exe = prog.compile({"T": 4}, backend="numba", check=True)
+    exe.run()
+    assert exe.stats["kernels"] == 1 and "numba.njit" in next(iter(exe.plan.kernels.values()))
+    for k in range(4):
+        assert np.allclose(out[k], np.tanh(x[k] * 2 + 1) - 3, rtol=1e-6)
