@@ -114,10 +114,63 @@ def test_numpy_gradients_equal_finite_differences(algo, args):
             assert g[k] == pytest.approx((up - down) / (2 * eps), rel=1e-4, abs=1e-7), (p.shape, k)
 
 
-@pytest.mark.skip(reason="tl.rl.ppo / tl.rl.reinforce do not exist yet: the builders are being written "
-                         "(timerl/rl); this compares timerl's first-update gradients with numpy_eager's")
-def test_numpy_baseline_gradients_equal_timerl():
-    raise AssertionError("enable once tl.rl.ppo exists")
+def _timerl_ppo_grads(learner, mb):
+    """timerl's gradients of PPO's minibatch loss (the loss section of timerl/rl/ppo.py, with
+    its Actor/Critic) on the batch ``mb``, and timerl's initial parameter values."""
+    import importlib
+
+    import timerl as tl
+    from timerl.rl.policies import Actor, Critic
+
+    a = learner.args
+    prog = tl.Program("i")
+    (i,) = prog.dims
+    out = {}
+    with prog:
+        env = tl.rl.make_env(a.env, a.num_envs, a.seed, **({"obs_shape": a.obs_shape} if a.env == "trivial" else {}))
+        net_args = importlib.import_module("timerl.rl.ppo").Args(env=a.env, num_envs=a.num_envs, hidden=a.hidden,
+                                                                  layers=a.layers, seed=a.seed)
+        actor, critic = Actor(env, net_args, domain=(i,)), Critic(env, net_args, domain=(i,))
+        mb = dict(mb, obs=mb["obs"].reshape((-1,) + env.single_observation_shape))  # as the env gives it
+        c = {k: tl.tensor(np.asarray(v, np.int64 if k == "actions" and env.discrete else np.float32), domain=(),
+                          name=k) for k, v in mb.items()}
+        new = actor.dist(c["obs"])
+        new_logp, entropy = new.log_prob(c["actions"]), new.entropy().mean()
+        ratio = tl.exp(new_logp - c["logp"])
+        mb_adv = (c["adv"] - c["adv"].mean()) / (c["adv"].std() + 1e-8)
+        pg_loss = tl.maximum(-mb_adv * ratio, -mb_adv * tl.clip(ratio, 1.0 - a.clip_coef, 1.0 + a.clip_coef)).mean()
+        new_v = critic(c["obs"])
+        v_clipped = c["values"] + tl.clip(new_v - c["values"], -a.clip_coef, a.clip_coef)
+        v_loss = 0.5 * tl.maximum((new_v - c["ret"]) ** 2, (v_clipped - c["ret"]) ** 2).mean()
+        loss = pg_loss - a.ent("ppo") * entropy + a.vf_coef * v_loss
+        params = actor.parameters() + critic.parameters()
+        grads = tl.grad(loss, params)
+        tl.sink([loss, *params, *grads], lambda v, p: out.update(values=[np.array(x) for x in v]))
+    prog.compile(bounds={"I": 1}, backend="reference").run()
+    n = len(params)
+    vals = out["values"]
+    return float(vals[0]), vals[1:1 + n], vals[1 + n:]
+
+
+@pytest.mark.parametrize("args", [CARTPOLE, TRIVIAL], ids=["cartpole-discrete", "trivial-gaussian"])
+def test_numpy_baseline_gradients_equal_timerl(args):
+    """The numpy baseline's PPO gradients equal timerl's on one batch (same parameters)."""
+    pytest.importorskip("timerl.rl.ppo")
+    rng = np.random.default_rng(6)
+    learner = numpy_eager.PPO(args, dtype=np.float64)
+    learner.rollout()
+    mb = _perturbed_ppo_batch(learner, rng)
+    mb = {k: (v.astype(np.float32).astype(np.float64) if v.dtype.kind == "f" else v) for k, v in mb.items()}
+    loss_tl, params_tl, grads_tl = _timerl_ppo_grads(learner, mb)
+    # timerl's parameter order: actor layers (W, b)..., log_std (Gaussian), critic layers: as agent.params()
+    ours = learner.agent.params()
+    assert len(ours) == len(params_tl)
+    for p, v in zip(ours, params_tl):
+        p[...] = np.asarray(v, np.float64).reshape(p.shape)
+    loss_np, grads_np = learner.loss_and_grads(mb)
+    assert loss_np == pytest.approx(loss_tl, rel=1e-4, abs=1e-5)
+    for g_np, g_tl in zip(grads_np, grads_tl):
+        np.testing.assert_allclose(np.asarray(g_tl, np.float64).reshape(g_np.shape), g_np, rtol=2e-3, atol=2e-5)
 
 
 def test_adam_matches_torch():

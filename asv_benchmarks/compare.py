@@ -1,0 +1,389 @@
+"""Side-by-side comparison: timerl against the numpy and PyTorch eager baselines.
+
+    python -m asv_benchmarks.compare            # the issue's configurations (tens of minutes)
+    python -m asv_benchmarks.compare --quick    # tiny versions (a couple of minutes)
+    python -m asv_benchmarks.compare --only cartpole_ppo,reinforce_T
+
+Every measurement is one fresh subprocess (``timerl bench ... --json`` or
+``python -m asv_benchmarks.baselines.<system>_eager ... --json``), so imports, JIT caches
+and peak RSS never leak between runs. Repetitions are interleaved: repetition r runs every
+configuration, and within a configuration every system in an order rotated by r. The table
+reports medians over repetitions. All systems run pinned to one thread (OMP, OpenBLAS, MKL
+and numba thread counts = 1; torch.set_num_threads(1)) unless ``--timerl-threads`` says
+otherwise for timerl.
+
+Writes to ``--out`` (default asv_benchmarks/results/): ``compare.md`` (machine, method, one
+row per configuration with the numbers of each system and timerl's ratios), ``compare.json``
+(every run), and PNG plots: env-steps/s and peak memory vs num_envs, vs episode length T,
+vs observation size, vs hidden width, and REINFORCE Monte-Carlo vs n-step peak memory over T.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+from asv_benchmarks.baselines import pin_threads
+
+SYSTEMS = ("timerl", "numpy", "torch")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# -- configurations -------------------------------------------------------------------------------
+
+
+def _cfg(group, x, algo, **flags):
+    return {"group": group, "x": x, "algo": algo, "flags": flags}
+
+
+def configurations(quick=False):
+    """(group, x, algo, flags) per configuration; ``group`` names the sweep / plot."""
+    if quick:
+        base = {"env": "trivial", "obs_shape": (3, 4, 4), "num_envs": 32, "num_steps": 25, "epochs": 1,
+                "minibatches": 1}
+        envs, steps, hidden, obs = (16, 32, 64), (10, 25, 50), (16, 64), ((3, 4, 4), (3, 8, 8))
+        large = {"num_envs": 8, "num_steps": 25}
+        cartpole = {"env": "CartPole-v1", "num_envs": 4, "num_steps": 32, "epochs": 2, "minibatches": 2}
+        rt, nstep = (10, 25, 50), 4
+    else:
+        base = {"env": "trivial", "obs_shape": (3, 4, 4), "num_envs": 512, "num_steps": 250, "epochs": 1,
+                "minibatches": 1}
+        envs, steps, hidden, obs = (128, 512, 2048), (125, 250, 1000), (16, 64, 256), ((3, 16, 16), (3, 32, 32),
+                                                                                     (3, 64, 64))
+        large = {"num_envs": 64, "num_steps": 500}
+        cartpole = {"env": "CartPole-v1", "num_envs": 8, "num_steps": 128, "epochs": 4, "minibatches": 4}
+        rt, nstep = (125, 250, 500, 1000), 8
+    out = [_cfg("cartpole_ppo", "", "ppo", **cartpole)]
+    out += [_cfg("ppo_num_envs", n, "ppo", **dict(base, num_envs=n)) for n in envs]
+    out += [_cfg("ppo_T", T, "ppo", **dict(base, num_steps=T)) for T in steps if T != base["num_steps"]]
+    out += [_cfg("ppo_hidden", h, "ppo", **dict(base, hidden=h)) for h in hidden if h != 64]
+    out += [_cfg("ppo_obs", "x".join(map(str, o)), "ppo", **dict(base, obs_shape=o, **large)) for o in obs]
+    rb = {k: v for k, v in base.items() if k not in ("epochs", "minibatches")}
+    out += [_cfg("reinforce_T", f"mc T={T}", "reinforce", **dict(rb, num_steps=T)) for T in rt]
+    out += [_cfg("reinforce_T", f"n={nstep} T={T}", "reinforce", nstep=nstep, **dict(rb, num_steps=T)) for T in rt]
+    return out
+
+
+# -- one measurement ----------------------------------------------------------------------------------
+
+
+def _argv(cfg):
+    argv = [cfg["algo"]]
+    for k, v in cfg["flags"].items():
+        if isinstance(v, tuple):
+            v = ",".join(map(str, v))
+        argv += ["--" + k.replace("_", "-"), str(v)]
+    return argv
+
+
+def command(system, cfg, iterations, memory=True, backend=None):
+    tail = _argv(cfg) + ["--iterations", str(iterations), "--json"]
+    if system == "timerl":
+        return [sys.executable, "-m", "timerl", "bench"] + tail + (["--backend", backend] if backend else [])
+    return ([sys.executable, "-m", f"asv_benchmarks.baselines.{system}_eager"] + tail
+            + ([] if memory else ["--no-memory"]))
+
+
+def run_one(system, cfg, iterations, memory, timeout, timerl_threads=None, backend=None):
+    env = pin_threads(dict(os.environ))
+    if system == "timerl" and timerl_threads:
+        env["NUMBA_NUM_THREADS"] = env["OMP_NUM_THREADS"] = str(timerl_threads)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    cmd = command(system, cfg, iterations, memory, backend)
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timeout after {timeout}s", "cmd": " ".join(cmd)}
+    wall = time.perf_counter() - t0
+    lines = [ln for ln in p.stdout.strip().splitlines() if ln.startswith("{")]
+    if p.returncode or not lines:
+        err = (p.stderr.strip() or p.stdout.strip() or f"exit {p.returncode}").splitlines()
+        return {"error": err[-1][:300] if err else f"exit {p.returncode}", "cmd": " ".join(cmd)}
+    out = json.loads(lines[-1])
+    out["process_wall_s"] = wall
+    return out
+
+
+# -- aggregation --------------------------------------------------------------------------------------
+
+
+def _median(runs, key):
+    vals = [r[key] for r in runs if r.get(key) is not None and "error" not in r]
+    return statistics.median(vals) if vals else None
+
+
+def summarize(runs_by_key):
+    """{(cfg index, system): [runs]} -> {(cfg index, system): medians or error}."""
+    out = {}
+    for key, runs in runs_by_key.items():
+        ok = [r for r in runs if "error" not in r]
+        if not ok:
+            out[key] = {"error": runs[0]["error"] if runs else "not run"}
+            continue
+        out[key] = {k: _median(ok, k) for k in ("s_per_iter", "env_steps_per_s", "peak_bytes", "peak_rss_mb",
+                                                  "compile_s", "first_iter_s")}
+        out[key]["reps"] = len(ok)
+    return out
+
+
+def machine():
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        with open("/proc/meminfo") as f:
+            mem = f"{int(f.readline().split()[1]) / 2**20:.0f} GiB RAM"
+    except (OSError, ValueError, IndexError):
+        pass
+    import numpy
+
+    vers = [f"Python {platform.python_version()}", f"numpy {numpy.__version__}"]
+    try:
+        import torch
+
+        vers.append(f"torch {torch.__version__}")
+    except ImportError:
+        vers.append("torch not installed")
+    try:
+        import numba
+
+        vers.append(f"numba {numba.__version__}")
+    except ImportError:
+        pass
+    return f"{cpu}, {os.cpu_count()} logical cores, {mem}, {platform.system()} {platform.release()}; " + ", ".join(vers)
+
+
+def _fmt(v, kind):
+    if v is None:
+        return "—"
+    if kind == "rate":
+        return f"{v:,.0f}"
+    if kind == "mb":
+        return f"{v / 2**20:,.1f}"
+    if kind == "ratio":
+        return f"{v:.2f}x"
+    return f"{v:.3g}"
+
+
+def _ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def _label(cfg):
+    f = cfg["flags"]
+    parts = [cfg["algo"], f["env"], f"{f['num_envs']}x{f['num_steps']}"]
+    if "obs_shape" in f:
+        parts.append("obs " + "x".join(map(str, f["obs_shape"])))
+    parts.append(f"h{f.get('hidden', 64)}")
+    if cfg["algo"] == "ppo":
+        parts.append(f"{f.get('epochs', 4)}e x {f.get('minibatches', 4)}mb")
+    if f.get("nstep"):
+        parts.append(f"n-step {f['nstep']}")
+    elif cfg["algo"] == "reinforce":
+        parts.append("MC")
+    return " ".join(parts)
+
+
+def table(cfgs, summ, meta):
+    lines = [
+        "# timerl vs eager baselines", "",
+        f"Machine: {meta['machine']}.", "",
+        f"Method: {meta['method']}", "",
+        "Env-steps/s (higher is better) and peak live tensor bytes in MiB (lower is better; "
+        "each system's own accounting: timerl `exe.stats['peak_bytes']`, torch storage bytes via "
+        "a dispatch mode, numpy tracemalloc). Ratios are timerl / baseline: above 1x timerl is "
+        "faster (steps/s) or uses MORE memory (bytes).", "",
+        "| configuration | timerl steps/s | numpy steps/s | torch steps/s | vs numpy | vs torch "
+        "| timerl MiB | numpy MiB | torch MiB | mem vs numpy | mem vs torch | timerl compile s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    errors = []
+    for k, cfg in enumerate(cfgs):
+        s = {sys_: summ.get((k, sys_), {"error": "not run"}) for sys_ in SYSTEMS}
+        g = {sys_: (lambda key, d=s[sys_]: d.get(key)) for sys_ in SYSTEMS}
+        for sys_ in SYSTEMS:
+            if "error" in s[sys_]:
+                errors.append(f"- {_label(cfg)} / {sys_}: {s[sys_]['error']}")
+        row = [_label(cfg)]
+        row += [_fmt(g[x]("env_steps_per_s"), "rate") for x in SYSTEMS]
+        row += [_fmt(_ratio(g["timerl"]("env_steps_per_s"), g[x]("env_steps_per_s")), "ratio") for x in ("numpy", "torch")]
+        row += [_fmt(g[x]("peak_bytes"), "mb") for x in SYSTEMS]
+        row += [_fmt(_ratio(g["timerl"]("peak_bytes"), g[x]("peak_bytes")), "ratio") for x in ("numpy", "torch")]
+        row += [_fmt(g["timerl"]("compile_s"), "s")]
+        lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "Peak RSS (MiB, whole process incl. imports) and seconds per iteration, medians:", "",
+              "| configuration | timerl RSS | numpy RSS | torch RSS | timerl s/iter | numpy s/iter | torch s/iter |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
+    for k, cfg in enumerate(cfgs):
+        s = {sys_: summ.get((k, sys_), {}) for sys_ in SYSTEMS}
+        row = [_label(cfg)] + [_fmt(s[x].get("peak_rss_mb"), "s") for x in SYSTEMS]
+        row += [_fmt(s[x].get("s_per_iter"), "s") for x in SYSTEMS]
+        lines.append("| " + " | ".join(row) + " |")
+    slower = []
+    for k, cfg in enumerate(cfgs):
+        t = summ.get((k, "timerl"), {}).get("env_steps_per_s")
+        for x in ("numpy", "torch"):
+            b = summ.get((k, x), {}).get("env_steps_per_s")
+            if t is not None and b is not None and t < b:
+                slower.append(f"- {_label(cfg)}: timerl {t:,.0f} steps/s vs {x} {b:,.0f} ({t / b:.2f}x)")
+    lines += ["", "## Where timerl is slower", ""] + (slower or ["- nowhere among the measured rows"
+                                                                if any(summ.get((k, "timerl"), {}).get("env_steps_per_s")
+                                                                       for k in range(len(cfgs)))
+                                                                else "- timerl produced no measurement (see errors)"])
+    if errors:
+        lines += ["", "## Runs that produced no number", ""] + errors
+    return "\n".join(lines) + "\n"
+
+
+def plots(cfgs, summ, out_dir, suffix=""):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for group, xlabel in (("ppo_num_envs", "num_envs"), ("ppo_T", "episode length T (num_steps)"),
+                          ("ppo_obs", "observation shape"), ("ppo_hidden", "hidden width")):
+        idx = [k for k, c in enumerate(cfgs) if c["group"] == group]
+        if group in ("ppo_T", "ppo_hidden"):  # the sweeps share the 512 x 250 h64 point
+            idx += [k for k, c in enumerate(cfgs) if c["group"] == "ppo_num_envs"
+                    and c["flags"]["num_envs"] == cfgs[idx[0]]["flags"]["num_envs"]] if idx else []
+        if not idx:
+            continue
+        key = {"ppo_num_envs": "num_envs", "ppo_T": "num_steps", "ppo_hidden": "hidden"}.get(group)
+        xs = (lambda c: c["flags"].get(key, 64)) if key else (lambda c: c["x"])
+        idx.sort(key=lambda k: (xs(cfgs[k]) if key else k))
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+        for sys_ in SYSTEMS:
+            pts = [(xs(cfgs[k]), summ.get((k, sys_), {})) for k in idx]
+            for ax, metric, scale in ((axes[0], "env_steps_per_s", 1), (axes[1], "peak_bytes", 2**20)):
+                p = [(x, d[metric] / scale) for x, d in pts if d.get(metric) is not None]
+                if p:
+                    ax.plot([str(x) for x, _ in p] if not key else [x for x, _ in p], [y for _, y in p],
+                            marker="o", label=sys_)
+        axes[0].set_ylabel("env-steps/s")
+        axes[1].set_ylabel("peak live tensor MiB")
+        for ax in axes:
+            ax.set_xlabel(xlabel)
+            if key:
+                ax.set_xscale("log", base=2)
+            ax.grid(alpha=0.3)
+            ax.legend()
+        fig.suptitle(f"PPO, trivial env: {group.split('_', 1)[1]} sweep (medians)")
+        fig.tight_layout()
+        path = os.path.join(out_dir, f"{group}{suffix}.png")
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    idx = [k for k, c in enumerate(cfgs) if c["group"] == "reinforce_T"]
+    if idx:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for sys_ in SYSTEMS:
+            for kind, style in (("mc", "-"), ("n", "--")):
+                p = sorted((cfgs[k]["flags"]["num_steps"], summ.get((k, sys_), {}).get("peak_bytes")) for k in idx
+                           if cfgs[k]["x"].startswith(kind))
+                p = [(x, y / 2**20) for x, y in p if y is not None]
+                if p:
+                    ax.plot(*zip(*p), style, marker="o",
+                            label=f"{sys_} {'MC' if kind == 'mc' else 'n-step'}")
+        ax.set_xlabel("episode length T (num_steps)")
+        ax.set_ylabel("peak live tensor MiB")
+        ax.set_title("REINFORCE: Monte-Carlo vs n-step returns, memory over T")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = os.path.join(out_dir, f"reinforce_mc_vs_nstep_memory{suffix}.png")
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m asv_benchmarks.compare", description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="tiny configurations, 2 repetitions")
+    ap.add_argument("--reps", type=int, default=None, help="repetitions (default 3; 2 with --quick)")
+    ap.add_argument("--iterations", type=int, default=None, help="iterations per run (default 4; 3 with --quick)")
+    ap.add_argument("--systems", default=",".join(SYSTEMS))
+    ap.add_argument("--only", default=None, help="comma-separated groups (cartpole_ppo, ppo_num_envs, ppo_T, "
+                                                 "ppo_hidden, ppo_obs, reinforce_T)")
+    ap.add_argument("--backend", default=None, help="timerl backend (default: timerl's default)")
+    ap.add_argument("--timerl-threads", type=int, default=None, help="threads for timerl (default 1)")
+    ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--out", default=os.path.join(ROOT, "asv_benchmarks", "results"))
+    ap.add_argument("--from-json", default=None, help="re-render the table and plots from a compare.json")
+    ns = ap.parse_args(argv)
+    suffix = "_quick" if ns.quick else ""
+    os.makedirs(ns.out, exist_ok=True)
+    if ns.from_json:
+        with open(ns.from_json) as f:
+            saved = json.load(f)
+        cfgs, runs, meta = saved["configurations"], saved["runs"], saved["meta"]
+    else:
+        reps = ns.reps or (2 if ns.quick else 3)
+        iters = ns.iterations or (3 if ns.quick else 4)
+        systems = [s for s in ns.systems.split(",") if s]
+        cfgs = configurations(ns.quick)
+        if ns.only:
+            keep = set(ns.only.split(","))
+            cfgs = [c for c in cfgs if c["group"] in keep]
+        runs = []
+        t_start = time.perf_counter()
+        for r in range(reps):
+            for k, cfg in enumerate(cfgs):
+                order = systems[r % len(systems):] + systems[:r % len(systems)]
+                for sys_ in order:
+                    # peak_bytes is deterministic per system: the baselines' instrumented pass runs in rep 0
+                    res = run_one(sys_, cfg, iters, memory=(r == 0), timeout=ns.timeout,
+                                  timerl_threads=ns.timerl_threads, backend=ns.backend)
+                    res.update(rep=r, cfg=k, system_=sys_)
+                    runs.append(res)
+                    msg = res.get("error") or f"{res['env_steps_per_s']:,.0f} steps/s"
+                    print(f"[rep {r} {time.perf_counter() - t_start:7.1f}s] {_label(cfg)} / {sys_}: {msg}",
+                          flush=True)
+        meta = {
+            "machine": machine(),
+            "method": (f"{reps} interleaved repetitions x {iters} iterations per run, each run a fresh process; "
+                       "steps/s = num_envs x num_steps / median seconds of iterations 2..N; medians over "
+                       "repetitions; all systems pinned to one thread"
+                       + (f" (timerl: {ns.timerl_threads})" if ns.timerl_threads else "")
+                       + "; timerl backend: " + (ns.backend or "default") + "; baseline peak bytes measured "
+                       "in repetition 0 (instrumented pass over construction + 2 iterations)."),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "quick": ns.quick,
+        }
+        with open(os.path.join(ns.out, f"compare{suffix}.json"), "w") as f:
+            json.dump({"meta": meta, "configurations": cfgs, "runs": runs}, f, indent=1, default=list)
+    by_key = {}
+    for res in runs:
+        by_key.setdefault((res["cfg"], res["system_"]), []).append(res)
+    for cfg in cfgs:  # JSON turns tuples into lists
+        if "obs_shape" in cfg["flags"]:
+            cfg["flags"]["obs_shape"] = tuple(cfg["flags"]["obs_shape"])
+    summ = summarize(by_key)
+    md = table(cfgs, summ, meta) + f"\nMeasured {meta['date']}.\n"
+    path = os.path.join(ns.out, f"compare{suffix}.md")
+    with open(path, "w") as f:
+        f.write(md)
+    written = plots(cfgs, summ, ns.out, suffix)
+    print(md)
+    print("wrote", path, *written, sep="\n  ")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
