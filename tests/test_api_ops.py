@@ -114,6 +114,12 @@ def test_reduction_dtypes():
     assert out.dtype == np.float32
     out = check(lambda a: (a > 0).sum(axis=1), lambda a: (a > 0).sum(axis=1), A)
     assert out.dtype == np.int64
+    out = check(lambda n: n.astype("int32").sum(), lambda n: n.astype("int32").sum(), N)
+    assert out.dtype == np.int64
+    out = check(lambda n: n.astype("uint8").cumsum(), lambda n: n.astype("uint8").cumsum(), N)
+    assert out.dtype == np.uint64
+    out = check(lambda n: n.astype("int32").max(), lambda n: n.astype("int32").max(), N)
+    assert out.dtype == np.int32
 
 
 def test_scans():

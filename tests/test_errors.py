@@ -336,7 +336,7 @@ def test_cycles_with_inexact_transitive_closure():
         compile_ref(prog, T=7)
 
 
-def test_point_level_cycle_check():
+def test_point_level_order_when_no_affine_schedule_exists():
     from timerl.ir import analysis
     from timerl.ir.polyhedral import Model
 
@@ -346,10 +346,6 @@ def test_point_level_cycle_check():
         x[t] = x[t - 1] * 2
 
     prog, out = _recurrence(vshape)
-    res = analysis.analyze(prog, prog.pdg, {"T": 7})
-    members = [n for n in res.live if n in res.demand and prog.pdg.rec(n).op.value != "sink"
-               and prog.pdg.rec(n).op.value != "const"]
-    analysis._point_cycle_check(res.model, prog.pdg, members, res.demand)  # no cycle
     compile_ref(prog, T=7).run()
     assert [out[k] for k in range(7)] == [3, 2, 1, 2, 4, 8, 16]
 
@@ -361,4 +357,35 @@ def test_point_level_cycle_check():
     members = [n for n in prog.pdg.nodes if prog.pdg.rec(n).op.value in ("merge", "access", "binary")]
     dem = {n: model.points(n) for n in members}
     with pytest.raises(tl.CompileError, match=r"cycle.*'x'.*at t = "):
-        analysis._point_cycle_check(model, prog.pdg, members, dem)
+        analysis._point_demand(model, prog.pdg, members, dem, dem)
+
+
+def test_cycle_among_points_nothing_reads_is_not_an_error():
+    def body(x, t, T):
+        x[t == 0] = tl.const(5)
+        x[t] = x[t] + 1  # every t > 0 reads itself, but only x[0] is demanded
+
+    prog, t, T = prog_t()
+    got = {}
+    with prog:
+        x = tl.placeholder((), "int64", (t,), name="x")
+        body(x, t, T)
+        tl.sink(x[0], lambda v, p: got.__setitem__("x0", int(v)))
+    compile_ref(prog, T=4).run()
+    assert got == {"x0": 5}
+
+
+def test_demand_inside_a_cycle_is_what_is_read():
+    prog, t, T = prog_t()
+    calls = []
+    with prog:
+        x = tl.placeholder((), "float32", (t,), name="x")
+        x[t == 0] = tl.const(1.0)
+        (y,) = tl.udf(lambda v, k: calls.append(int(k)) or v * 2, [x, tl.dim_value(t)], [()], ["float32"])
+        x[t + 1] = y
+        tl.sink(x[3], lambda v, p: None)  # needs y at 0, 1, 2 only
+    exe = compile_ref(prog, T=8)
+    exe.run()
+    assert calls == [0, 1, 2]
+    dem = exe.analysis.demand[y.nid]
+    assert dem.count_val().to_python() == 3

@@ -224,6 +224,15 @@ def _axes(axis, ndim, who):
     return tuple(sorted({_norm_axis(a, ndim, who) for a in axes}))
 
 
+def _sum_dtype(dt):
+    """NumPy's accumulator: bool and small ints sum to int64 (unsigned to uint64)."""
+    if dt.kind in "bi":
+        return I64
+    if dt.kind == "u":
+        return np.dtype("uint64")
+    return dt
+
+
 def reduce(fn: str, x, axis=None, keepdims=False) -> RecurrentTensor:
     x = as_tensor(x)
     if fn == "argmax" and axis is not None and isinstance(axis, (tuple, list)):
@@ -237,8 +246,8 @@ def reduce(fn: str, x, axis=None, keepdims=False) -> RecurrentTensor:
         dt = I64
     elif fn in ("mean", "std", "logsumexp") and x.dtype.kind in "biu":
         dt = F32
-    elif fn == "sum" and x.dtype == BOOL:
-        dt = I64
+    elif fn == "sum":
+        dt = _sum_dtype(x.dtype)
     else:
         dt = x.dtype
     if fn in ("mean", "std", "logsumexp") and x.dtype.kind in "biu":
@@ -250,7 +259,7 @@ def reduce(fn: str, x, axis=None, keepdims=False) -> RecurrentTensor:
 def scan(fn: str, x, axis=0) -> RecurrentTensor:
     x = as_tensor(x)
     ax = _norm_axis(axis, x.ndim, x.name)
-    dt = I64 if x.dtype == BOOL else x.dtype
+    dt = _sum_dtype(x.dtype)
     return make(Op.SCAN, [x], [x.shape], [dt], {"fn": fn, "axis": ax})[0]
 
 

@@ -143,43 +143,32 @@ def _intra(model, pdg, live, members):
 
 
 def _demand_cycle(model, pdg, live, members, incoming):
+    """Demand inside a cycle of tensors: the greatest subset of their points that is closed
+    under "demanded from outside, or read by a demanded point" (a worklist fixpoint that
+    starts from all points and removes what nothing reads; no transitive closure, whose
+    cost explodes on whole RL programs). It differs from the least such set only by points
+    on cycles of point reads, which the order check then reports."""
+    dem = {n: model.points(n) for n in members}
+    readers = {n: [(c, e) for c, e in _edges_into(pdg, live, n) if c in members] for n in members}
+    producers = {n: {p for p, _ in pdg.inputs(n) if p in members} for n in members}
+    work = set(members)
+    while work:
+        n = min(work)
+        work.discard(n)
+        s = incoming[n]
+        for c, e in readers[n]:
+            s = s.union(_image(model, c, n, e, dem[c]))
+        s = s.intersect(dem[n]).coalesce()
+        if not s.is_equal(dem[n]):
+            dem[n] = s
+            work |= producers[n]
+    if _dim_order(model, pdg, members, dem):
+        return dem
     R = _intra(model, pdg, live, members)
-    seed = None
-    for s in incoming.values():
-        u = isl.UnionSet.from_set(s)
-        seed = u if seed is None else seed.union(u)
-    closure, exact = R.transitive_closure()
-    reach = seed.union(seed.apply(closure)).coalesce()
-    dem = {n: _pick(reach, model, n) for n in members}
-    names = [pdg.rec(n).name for n in sorted(members)]
-    # a point that reads itself through the cycle: no order computes it
-    if exact:
-        own = isl.UnionSet.from_set(dem[sorted(members)[0]])
-        for n in members:
-            own = own.union(isl.UnionSet.from_set(dem[n]))
-        if not closure.intersect_domain(own).intersect(own.identity()).is_empty():
-            raise CompileError(_cycle_msg(names))
-    else:
-        # the closure over-approximates: refine to the greatest consistent demand
-        for _ in range(10000):
-            changed = False
-            for n in members:
-                s = incoming[n]
-                for c, e in _edges_into(pdg, live, n):
-                    if c in members:
-                        s = s.union(_image(model, c, n, e, dem[c]))
-                s = s.intersect(dem[n]).coalesce()
-                if not s.is_equal(dem[n]):
-                    dem[n], changed = s, True
-            if not changed:
-                break
-        _order_check(model, pdg, members, dem, R, names)
+    if not _has_affine_order(dem, R):
+        # no affine order; a valid point order may still exist: decide on the finite points
+        dem = _point_demand(model, pdg, members, dem, incoming)
     return dem
-
-
-def _pick(us, model, n):
-    sp = model.points(n).get_space()
-    return us.extract_set(sp).intersect(model.points(n)).coalesce()
 
 
 def _cycle_msg(names, at=""):
@@ -190,20 +179,79 @@ def _cycle_msg(names, at=""):
     )
 
 
-def _order_check(model, pdg, members, dem, R, names):
+def _dim_order(model, pdg, members, dem) -> bool:
+    """A cheap sufficient test that the demanded points of a cycle of tensors have an order:
+    loops over the program dims, outermost first, each ascending or descending, with the
+    reads not carried by the outer loops forming an acyclic graph of tensors at the end.
+    Reads that need more (a dim some member lacks, mixed directions) return False and
+    leave the question to isl."""
+    prog = model.prog
+    edges = []
+    for c in members:
+        for p, e in pdg.inputs(c):
+            if p in members:
+                m = model.access(c, p, e.pos).intersect_domain(dem[c]).intersect_range(dem[p])
+                if not m.is_empty():
+                    edges.append((c, p, m))
+    return _dim_order_level(model, pdg, set(members), edges, 0, prog)
+
+
+def _dim_map(model, pdg, c, p, d, rel) -> isl.Map:
+    """{ S<c>[...] -> S<p>[...] : consumer's d <rel> producer's d }."""
+    cd, pd = pdg.rec(c).domain, pdg.rec(p).domain
+    outs = [f"o{k}" for k in range(len(pd))]
+    qv = f"d_{d.name}"
+    rv = outs[[k for k, x in enumerate(pd) if x is d][0]]
+    return isl.Map(f"{params_decl_of(model)} -> {{ S{c}[{', '.join('d_' + x.name for x in cd)}] -> "
+                   f"S{p}[{', '.join(outs)}] : {qv} {rel} {rv} }}").intersect_params(model.ctx)
+
+
+def params_decl_of(model):
+    return "[" + ", ".join(f"P_{b.name}" for b in model.prog.bounds) + "]"
+
+
+def _dim_order_level(model, pdg, members, edges, depth, prog) -> bool:
+    g = nx.DiGraph()
+    g.add_nodes_from(members)
+    g.add_edges_from((p, c) for c, p, _ in edges)
+    for scc in nx.strongly_connected_components(g):
+        if len(scc) == 1 and not g.has_edge(next(iter(scc)), next(iter(scc))):
+            continue
+        if depth == len(prog.dims):
+            return False
+        d = prog.dims[depth]
+        if any(d not in pdg.rec(n).domain for n in scc):
+            return False
+        inner, up, down = [], False, False
+        for c, p, m in edges:
+            if c not in scc or p not in scc:
+                continue
+            up = up or not m.intersect(_dim_map(model, pdg, c, p, d, ">")).is_empty()
+            down = down or not m.intersect(_dim_map(model, pdg, c, p, d, "<")).is_empty()
+            if up and down:
+                return False
+            same = m.intersect(_dim_map(model, pdg, c, p, d, "="))
+            if not same.is_empty():
+                inner.append((c, p, same))
+        if not _dim_order_level(model, pdg, scc, inner, depth + 1, prog):
+            return False
+    return True
+
+
+def _has_affine_order(dem, R) -> bool:
+    """Whether isl finds a schedule that computes every demanded point before its readers."""
     dom = None
-    for n in members:
-        u = isl.UnionSet.from_set(dem[n])
+    for d in dem.values():
+        u = isl.UnionSet.from_set(d)
         dom = u if dom is None else dom.union(u)
-    dep = R.intersect_domain(dom).reverse()
+    if dom is None or dom.is_empty():
+        return True
+    dep = R.intersect_domain(dom).intersect_range(dom).reverse()
     sc = isl.ScheduleConstraints.on_domain(dom).set_validity(dep)
     try:
-        sched = sc.compute_schedule()
+        return sc.compute_schedule() is not None
     except isl.Error:
-        sched = None
-    if sched is None:
-        # no affine order; a valid point order may still exist: check the finite points exactly
-        _point_cycle_check(model, pdg, members, dem)
+        return False
 
 
 def _map_pairs(m) -> list:
@@ -217,9 +265,10 @@ def _map_pairs(m) -> list:
     return [(v[:n_in], v[n_in:]) for v in out]
 
 
-def _point_cycle_check(model, pdg, members, dem):
-    """Depth-first search over the demanded points of a cycle of tensors (finite under the
-    bounds): raise with the tensors of the first cycle of point reads found."""
+def _point_demand(model, pdg, members, dem, incoming) -> dict:
+    """Exact demand and cycle check on the finite points of a cycle of tensors: the points
+    reachable from the outside demand through point reads, searched depth first; a point
+    that reads itself through others is a CompileError naming the tensors on that cycle."""
     reads = {}
     for c in members:
         for p, e in pdg.inputs(c):
@@ -227,8 +276,9 @@ def _point_cycle_check(model, pdg, members, dem):
                 m = model.access(c, p, e.pos).intersect_domain(dem[c]).intersect_range(dem[p])
                 for a, b in _map_pairs(m):
                     reads.setdefault((c, a), []).append((p, b))
+    starts = [(n, pt) for n in sorted(members) for pt in _set_points(incoming[n])]
     state, path = {}, []
-    for start in list(reads):
+    for start in starts:
         if state.get(start):
             continue
         stack = [(start, iter(reads.get(start, ())))]
@@ -251,6 +301,29 @@ def _point_cycle_check(model, pdg, members, dem):
                 state[key] = 2
                 path.pop()
                 stack.pop()
+    out = {}
+    for n in members:
+        pts = [pt for (m, pt) in state if m == n]
+        s = dem[n].subtract(dem[n])
+        for pt in pts:
+            cons = " and ".join(f"{model_var} = {v}" for model_var, v in zip(_vars(pdg, n), pt))
+            s = s.union(isl.Set(f"{{ S{n}[{', '.join(_vars(pdg, n))}] : {cons or '0 = 0'} }}").align_params(
+                s.get_space()))
+        out[n] = s.intersect(dem[n]).coalesce()
+    return out
+
+
+def _vars(pdg, n):
+    return [f"d_{d.name}" for d in pdg.rec(n).domain]
+
+
+def _set_points(s) -> list:
+    out = []
+    st = isl.dim_type.set
+    s = s.project_out(isl.dim_type.param, 0, s.dim(isl.dim_type.param))
+    s.foreach_point(lambda p: out.append(tuple(p.get_coordinate_val(st, k).to_python()
+                                               for k in range(p.get_space().dim(st)))))
+    return out
 
 
 def _check_reads(model, pdg, live, p, demand):
