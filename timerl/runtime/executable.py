@@ -43,9 +43,11 @@ class Plan:
         T = time_map(self.isl_schedule, self.problem)
         t1 = time.perf_counter()
         last = memory.last_reads(prog, pdg, analysis, self.problem, T)
-        frees = memory.free_maps(prog, pdg, analysis, self.problem, T, last)
+        self.inline = memory.inline_frees(pdg, analysis, self.problem, T, last)
+        inl = {n for ns in self.inline.values() for n, _ in ns}
+        frees = memory.free_maps(prog, pdg, analysis, self.problem, T, {p: m for p, m in last.items() if p not in inl})
         self.donated = memory.donations(prog, pdg, analysis, self.problem, T, last)
-        self.frees = sorted(last)
+        self.frees = sorted(p for p in last if p not in inl)
         t2 = time.perf_counter()
         full = T
         for f in frees:
@@ -54,14 +56,15 @@ class Plan:
         ast = build.node_from_schedule_map(full)
         params = {f"P_{k}": v for k, v in bounds.items()}
         self.tree = from_ast(ast, params)
-        self.schedule = ScheduleTree(self.tree, self.problem.groups, pdg, self.donated)
+        self.schedule = ScheduleTree(self.tree, self.problem.groups, pdg, self.donated, self.inline)
         t3 = time.perf_counter()
         self.variant, self.grouping = variant, grouping
         for k, v in (("schedule", t1 - t0), ("memory", t2 - t1), ("ast", t3 - t2)):
             times[k] = times.get(k, 0.0) + v
 
     def lower(self, prog, pdg, bounds, seed, mode, backend="numpy"):
-        low = Lowering(prog, pdg, bounds, seed, self.problem.groups, self.tree, dict(self.donated), mode, backend)
+        low = Lowering(prog, pdg, bounds, seed, self.problem.groups, self.tree, dict(self.donated), mode, backend,
+                       self.inline)
         out = low.build(self.frees)
         self.kernels = low.kernels
         if mode != "plan":

@@ -71,8 +71,9 @@ def _probe(fn, dtypes):
 class Lowering:
     """Renders the Python source of one schedule for one mode."""
 
-    def __init__(self, prog, pdg, bounds, seed, groups, tree, donated, mode="run", backend="numpy"):
+    def __init__(self, prog, pdg, bounds, seed, groups, tree, donated, mode="run", backend="numpy", inline=None):
         self.prog, self.pdg, self.bounds, self.seed = prog, pdg, bounds, seed
+        self.inline = inline or {}
         self.backend, self.kernels = backend, {}
         self.groups, self.tree, self.donated, self.mode = groups, tree, donated, mode
         self.ns = {"np": np, "gather": gather, "gather_keys": gather_keys, "RuntimeFault": RuntimeFault,
@@ -189,6 +190,15 @@ class Lowering:
             L.append(f"fr{n}.discard({k})")
         return L
 
+    def free_lines(self, n) -> list[str]:
+        node = self.pdg.rec(n)
+        k = self.key(node.domain)
+        nb = "v" if self.mode == "plan" else ("sum(x.nbytes for x in v)" if len(node.shapes) > 1 else "v.nbytes")
+        L = []
+        if self.mode == "check":
+            L += [f"if {k} not in fr{n}:", f"    if {k} not in s{n}: bad_free({n}, {k})", f"    fr{n}.add({k})"]
+        return L + [f"v = s{n}.pop({k}, None)", "if v is not None:", f"    live -= {nb}"]
+
     def kernel_lines(self, chain, g) -> list[str]:
         """One numba kernel call computing a chain of elementwise ops; stores the values read outside it."""
         outputs = [n for n in chain if any(c not in chain for c, _ in self.pdg.consumers(n))]
@@ -284,10 +294,21 @@ class Lowering:
                     body += self.node_lines(n)
                 elif fused[n][0] == n:
                     body += self.kernel_lines(fused[n], g)
+            body.append("if live > peak:")
+            body.append("    peak = live")
+            for n, at in self.inline.get(g.gid, ()):
+                if n in self.stored:
+                    if at is None:
+                        body += self.free_lines(n)
+                    else:
+                        body.append(f"if {self.key(g.domain)} == {tuple(at)!r}:")
+                        body += ["    " + ln for ln in self.free_lines(n)]
             args = ", ".join(f"d_{d.name}" for d in g.domain)
+            if g.domain:  # build the point's key once per execution
+                k = self.key(g.domain)
+                body = [f"K_ = {k}"] + [ln.replace(k, "K_") for ln in body]
             fns.append(f"def G{g.gid}({args}):\n    nonlocal live, peak\n"
-                       + "".join(f"    {ln}\n" for ln in body)
-                       + "    if live > peak:\n        peak = live\n")
+                       + "".join(f"    {ln}\n" for ln in body))
         for n in sorted(self.frees):
             node = self.pdg.rec(n)
             args = ", ".join(f"d_{d.name}" for d in node.domain)

@@ -15,7 +15,7 @@ import islpy as isl
 import numpy as np
 
 from ..ir.ops import Op, is_basis
-from ..ir.polyhedral import stmt
+from ..ir.polyhedral import sample, stmt
 from .model import access_g
 
 # ops whose output is a fresh array no other value aliases
@@ -60,6 +60,38 @@ def last_reads(prog, pdg, analysis, problem, T) -> dict:
         ms = []
         rt.lexmax().foreach_map(ms.append)
         (out[p],) = ms
+    return out
+
+
+def inline_frees(pdg, analysis, problem, T, last: dict) -> dict:
+    """group id -> nodes freed right after that group's execution at the same point.
+
+    When the last reader of every point ``x`` of ``n`` is the instance of one group at
+    the same point ``x`` (typical of values used within a statement), the free needs no
+    statement of its own: it is the tail of that execution. The others become isl
+    statements (:func:`free_maps`).
+    """
+    rev = T.reverse()
+    byname = {g.name: g for g in problem.groups}
+    out = {}
+    for p, m in last.items():
+        who = isl.UnionMap.from_map(m).apply_range(rev)
+        maps = []
+        who.foreach_map(maps.append)
+        if len(maps) != 1:
+            continue
+        g = byname[maps[0].get_tuple_name(isl.dim_type.out)]
+        if not pdg.rec(p).domain:
+            # one point, freed after one instance: a guarded tail of that execution
+            rng = maps[0].range()
+            if rng.is_singleton():
+                out.setdefault(g.gid, []).append((p, sample(rng)))
+            continue
+        if g.domain != pdg.rec(p).domain:
+            continue
+        same = analysis.demand[p].identity().set_tuple_name(isl.dim_type.out, g.name)
+        if maps[0].is_equal(same):
+            out.setdefault(g.gid, []).append((p, None))
     return out
 
 

@@ -159,9 +159,9 @@ def _full(prog, node, pre):
 def _state_deps(prog, pdg, analysis, of, byid):
     """UDFs sharing a ``state`` key run in program order: (full point, creation index)."""
     by_state = {}
-    for n in analysis.live:
+    for n in sorted(of):
         node = pdg.rec(n)
-        if node.op is Op.UDF and node.attrs.get("state") is not None and n in of:
+        if node.op is Op.UDF and node.attrs.get("state") is not None:
             by_state.setdefault(node.attrs["state"], []).append(n)
     out = []
     for ns in by_state.values():

@@ -144,15 +144,15 @@ def render(tree, call_line, indent=0) -> list[str]:
             out += [f"{pad}else:"] + render(tree.other, call_line, indent + 1)
         return out
     if isinstance(tree, Call):
-        return [pad + call_line(tree)]
+        return [pad + ln for ln in call_line(tree).split("\n")]
     raise TypeError(tree)
 
 
 class ScheduleTree:
     """The program's schedule: ``str()`` shows loops, executions and frees."""
 
-    def __init__(self, tree, groups, pdg, donated=None):
-        self.tree, self.pdg = tree, pdg
+    def __init__(self, tree, groups, pdg, donated=None, inline=None):
+        self.tree, self.pdg, self.inline = tree, pdg, inline or {}
         self.groups = {g.gid: g for g in groups}
         self.donated = donated or {}
 
@@ -161,7 +161,14 @@ class ScheduleTree:
             g = self.groups[call.ident]
             where = ", ".join(f"{d.name}={a}" for d, a in zip(g.domain, call.args))
             ops = "; ".join(self._op(n) for n in g.members)
-            return f"exec S{g.gid}[{where}]  # {ops}"
+            line = f"exec S{g.gid}[{where}]  # {ops}"
+            for n, at in self.inline.get(g.gid, ()):
+                if at is None:
+                    line += f"\nfree {self.pdg.rec(n).name}[{where}]  # S{n}, after its last reader"
+                else:
+                    cond = " and ".join(f"{a} == {v}" for a, v in zip(call.args, at)) or "True"
+                    line += f"\nif {cond}: free {self.pdg.rec(n).name}[]  # S{n}, after its last reader"
+            return line
         node = self.pdg.rec(call.ident)
         where = ", ".join(f"{d.name}={a}" for d, a in zip(node.domain, call.args))
         return f"free {node.name}[{where}]  # S{call.ident}"
