@@ -35,8 +35,9 @@ import networkx as nx
 import sympy
 
 from ..errors import CompileError, ShapeError
+from ..ir.expr import Cond
 from ..ir.ops import Edge, Op, Slice
-from ..ir.polyhedral import Model, param, var
+from ..ir.polyhedral import Model, param
 from . import ops as O
 from .grad_rules import grad_rules, nondiff_reason, stop_edge
 from .tensor import RecurrentTensor
@@ -222,6 +223,7 @@ class _Backward:
         self.vjps = {}
         self._dv = {}
         self._bounds = {}
+        self._zero = {}
 
     # which nodes are differentiated ----------------------------------------------------------
     def _gedges(self, c):
@@ -249,11 +251,10 @@ class _Backward:
         return fwd & bwd
 
     def _check_differentiable(self, path):
-        targets = {x.nid for x in self.xs}
         for n in path:
             node = self.pdg.rec(n)
             ins = [p for p, _ in self._gedges(n) if p in path]
-            if not ins or n in targets and not ins:
+            if not ins:
                 continue
             why = nondiff_reason(node)
             if why is None and node.dtype.kind != "f":
@@ -399,6 +400,14 @@ class _Backward:
         z = O.const(0, dtype=node.dtype, domain=node.domain)
         return O.broadcast_to(z, node.shape) if node.shape else z
 
+    def _zeros_of(self, node):
+        """Zeros of ``node``'s shape and dtype over domain (), shared by every zero branch."""
+        key = (tuple(map(str, node.shape)), node.dtype)
+        if key not in self._zero:
+            z = O.const(0, dtype=node.dtype, name="0")
+            self._zero[key] = O.broadcast_to(z, node.shape) if node.shape else z
+        return self._zero[key]
+
     def _seed(self):
         """Ones at the loss's points ``0 <= d < D`` (zero at shift-extension points)."""
         node = self.y.node
@@ -408,8 +417,8 @@ class _Backward:
         if pts.is_subset(box):
             return one
         ph = O.placeholder(node.shape, node.dtype, node.domain, name=f"grad({node.name})")
-        ph[O.Cond(self.syms.cond(box.gist(pts), node.domain))] = one
-        ph[True] = 0
+        ph[Cond(self.syms.cond(box.gist(pts), node.domain))] = one
+        ph[True] = self._zeros_of(node)
         self._extend(ph, self.y.nid)
         return ph
 
@@ -425,7 +434,7 @@ class _Backward:
                 raise CompileError(f"autodiff: cannot match the points of {node.name!r} along {d.name} ({iv[1]})")
             if int(ext) > 0:
                 key = tuple(dd + int(ext) if dd is d else dd for dd in node.domain)
-                ph[key] = 0
+                ph[key] = self._zeros_of(node)
 
     # vector-Jacobian products ------------------------------------------------------------------
     def _vjp(self, c, e):
@@ -477,8 +486,8 @@ class _Backward:
         ph = O.placeholder(pnode.shape, pnode.dtype, pnode.domain, name=f"grad({pnode.name})")
         for dom, val in values:
             c_ = self.syms.cond(dom.gist(pts), pnode.domain)
-            ph[O.Cond(c_) if c_ is not sympy.true else True] = val
-        ph[True] = 0
+            ph[Cond(c_) if c_ is not sympy.true else True] = val
+        ph[True] = self._zeros_of(pnode)
         self._extend(ph, p)
         return ph
 
@@ -505,7 +514,7 @@ class _Backward:
         for s_k in reversed(range(len(slices))):
             k, ent = slices[s_k]
             d = pnode.domain[k]
-            pos = self._dim(d)
+            pos = self._dim_node(d)
             if d not in cnode.domain:
                 start = self._expr(ent.start, {})
                 pos = pos - start
@@ -541,8 +550,8 @@ class _Backward:
             box = self.model.box(p)[k]
             H = d.bound.e if box is None else sympy.simplify(box[1])
             jv = self._access(self._dim_node(d), [Slice(sympy.Integer(0), H)])
-            lo = self._expr(ent.start, {d.e: self._dim(d)})
-            hi = self._expr(ent.stop, {d.e: self._dim(d)})
+            lo = self._expr(ent.start, {d.e: self._dim_node(d)})
+            hi = self._expr(ent.stop, {d.e: self._dim_node(d)})
             idx = O.maximum(O.minimum(jv - lo, hi - lo - 1), 0)
             mask = (jv >= lo) & (jv < hi)
             Wk = O.take(V, idx, axis=s_k)
@@ -556,9 +565,6 @@ class _Backward:
         if d.name not in self._dv:
             self._dv[d.name] = O.dim_value(d, name=f"dim_value({d.name})")
         return self._dv[d.name]
-
-    def _dim(self, d):
-        return self._dim_node(d)
 
     def _bound(self, b):
         if b.name not in self._bounds:
@@ -576,7 +582,7 @@ class _Backward:
             if e in self.prog._sym_to_bound:
                 return self._bound(self.prog._sym_to_bound[e])
             if e in self.prog._sym_to_dim:
-                return self._dim(self.prog._sym_to_dim[e])
+                return self._dim_node(self.prog._sym_to_dim[e])
         if isinstance(e, sympy.Add):
             out = None
             for a in e.args:
