@@ -389,3 +389,24 @@ def test_demand_inside_a_cycle_is_what_is_read():
     assert calls == [0, 1, 2]
     dem = exe.analysis.demand[y.nid]
     assert dem.count_val().to_python() == 3
+
+
+def test_reference_plan_names_the_tensors_of_a_point_cycle():
+    from timerl.ir import analysis
+
+    prog, t, T = prog_t()
+    with prog:
+        x = tl.placeholder((), "float32", (t,), name="xx")
+        y = tl.placeholder((), "float32", (t,), name="yy")
+        x[t] = y[t] + 1
+        y[t] = x[t] * 2
+        tl.sink(x, lambda v, p: None)
+    from timerl.runtime.reference import ReferenceExecutable
+
+    # hand the executor a demand without the analysis' own cycle check
+    model = analysis.Model(prog, prog.pdg, {"T": 3})
+    live = sorted(analysis.live_nodes(prog.pdg))
+    demand = {n: model.box_set(n) if prog.pdg.rec(n).op.value == "sink" else model.points(n) for n in live}
+    fake = analysis.Analysis(model, live, demand)
+    with pytest.raises(tl.CompileError, match=r"cycle.*'xx'.*'yy'|cycle.*'yy'.*'xx'"):
+        ReferenceExecutable(prog, prog.pdg.subgraph(live).copy(), {"T": 3}, 0, fake, {})

@@ -166,10 +166,12 @@ class ReferenceExecutable:
                     for d in it:
                         if state.get(d) != DONE:
                             if state.get(d) == ACTIVE:
-                                names = self.pdg.rec(d[0]).name
+                                path = [k for k, _ in stack] + [key]
+                                cyc = path[path.index(d):] if d in path else [d]
+                                names = ", ".join(dict.fromkeys(repr(self.pdg.rec(n).name) for n, _ in cyc))
                                 raise CompileError(
                                     f"a cycle of reads has no order in which every point is computed before it "
-                                    f"is read; tensors on the cycle include {names!r} (point {d[1]})")
+                                    f"is read; tensors on the cycle: {names} (point {d[1]})")
                             stack.append((key, it))
                             stack.append((d, None))
                             break
