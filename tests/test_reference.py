@@ -30,3 +30,17 @@ def test_reruns_repeat(name):
         return
     exe.run()
     assert_close(collect, first, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["returns", "env", "carry", "branches", "nstep", "mc"])
+def test_recurrences_are_ordered_without_isl_scheduling(name, monkeypatch):
+    """The dims-first order test covers forward, backward and carried recurrences, so the
+    analysis never hands them to isl's scheduler (slow on whole RL programs)."""
+    from timerl.ir import analysis
+
+    def fail(*a, **k):
+        raise AssertionError("isl scheduling was needed")
+
+    monkeypatch.setattr(analysis, "_has_affine_order", fail)
+    prog, bounds, _ = PROGRAMS[name]()
+    prog.compile(bounds, backend="reference")

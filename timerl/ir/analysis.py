@@ -4,6 +4,11 @@
 propagated backwards from sinks and parameter updates through the access relations)
 and checks the program: reads outside a producer's points, points with no branch,
 and cycles of reads that no order can compute.
+
+Inside a cycle of tensors (a strongly connected part of the PDG) demand is a worklist
+fixpoint over isl sets, and the existence of an order is decided by the cheapest test
+that settles it: loops over the program dims (each ascending or descending), then isl's
+scheduler, then a depth-first search over the finite points under the bounds.
 """
 
 from __future__ import annotations
@@ -220,6 +225,11 @@ def _dim_order_level(model, pdg, members, edges, depth, prog) -> bool:
         if depth == len(prog.dims):
             return False
         d = prog.dims[depth]
+        if all(d not in pdg.rec(n).domain for n in scc):
+            # no member has d (PPO's update loop over (i, k) at the level of t): order by the dims further in
+            if not _dim_order_level(model, pdg, scc, [x for x in edges if x[0] in scc and x[1] in scc], depth + 1, prog):
+                return False
+            continue
         if any(d not in pdg.rec(n).domain for n in scc):
             return False
         inner, up, down = [], False, False
