@@ -227,7 +227,8 @@ def _dim_order_level(model, pdg, members, edges, depth, prog) -> bool:
         d = prog.dims[depth]
         if all(d not in pdg.rec(n).domain for n in scc):
             # no member has d (PPO's update loop over (i, k) at the level of t): order by the dims further in
-            if not _dim_order_level(model, pdg, scc, [x for x in edges if x[0] in scc and x[1] in scc], depth + 1, prog):
+            inner = [x for x in edges if x[0] in scc and x[1] in scc]
+            if not _dim_order_level(model, pdg, scc, inner, depth + 1, prog):
                 return False
             continue
         if any(d not in pdg.rec(n).domain for n in scc):
