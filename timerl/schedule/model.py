@@ -18,9 +18,10 @@ import dataclasses
 
 import islpy as isl
 import networkx as nx
+import sympy
 
 from ..errors import CompileError
-from ..ir.ops import Op, is_basis
+from ..ir.ops import Op, Slice, is_basis
 from ..ir.polyhedral import params_decl, stmt, var
 
 # ops that always form a statement of their own
@@ -46,6 +47,18 @@ def _same_point(pdg, c, p, e) -> bool:
     return pdg.rec(c).domain == pdg.rec(p).domain and is_basis(e, pdg.rec(p).domain)
 
 
+def _shifted(pdg, p, e) -> frozenset:
+    """Dims along which an index reads a constant distance away (never the same point there)."""
+    out = set()
+    for ent, d in zip(e.index, pdg.rec(p).domain):
+        if isinstance(ent, Slice):
+            continue
+        diff = sympy.sympify(ent) - d.e
+        if diff.is_Integer and diff != 0:
+            out.add(d.name)
+    return frozenset(out)
+
+
 def make_groups(pdg, analysis, enabled=True) -> tuple[list, dict]:
     """Groups of live nodes and the map node -> group id."""
     live = [n for n in analysis.live if not analysis.demand[n].is_empty()]
@@ -65,6 +78,36 @@ def make_groups(pdg, analysis, enabled=True) -> tuple[list, dict]:
         if len(scc) > 1 or any(sub.has_edge(n, n) for n in scc):
             for n in scc:
                 tag[n] = k
+    # edges that may join two instances at the same point (all but constant shifts)
+    sp = {n: [(q, _shifted(pdg, q, e)) for q, e in pdg.inputs(n) if q in parent] for n in live}
+    group_of = {n: {n} for n in live}
+
+    def creates_cycle(a, b):
+        """Would joining groups a and b close a chain of reads at one of their points through
+        another group? Reads shifted along one of the group's own dims cannot (conservative)."""
+        both = group_of[a] | group_of[b]
+        dims = {d.name for d in pdg.rec(a).domain}
+        nxt = {}
+
+        def succ(n):
+            if n not in nxt:
+                nxt[n] = [q for q, sh in sp[n] if not (sh & dims)]
+            return nxt[n]
+
+        for src, dst in ((group_of[a], group_of[b]), (group_of[b], group_of[a])):
+            seen, stack = set(), [q for n in src for q in succ(n) if q not in both]
+            while stack:
+                n = stack.pop()
+                if n in seen:
+                    continue
+                seen.add(n)
+                for q in succ(n):
+                    if q in dst:
+                        return True
+                    if q not in both and q not in seen:
+                        stack.append(q)
+        return False
+
     if enabled:
         for c in live:
             if pdg.rec(c).op in _ALONE:
@@ -80,8 +123,11 @@ def make_groups(pdg, analysis, enabled=True) -> tuple[list, dict]:
                     ta, tb = tag.get(a), tag.get(b)
                     if ta is not None and tb is not None and ta != tb:
                         continue
+                    if creates_cycle(a, b):
+                        continue
                     lo, hi = min(a, b), max(a, b)
                     parent[hi] = lo
+                    group_of[lo] |= group_of.pop(hi)
                     if tag.get(lo) is None and tag.get(hi) is not None:
                         tag[lo] = tag[hi]
     members = {}
