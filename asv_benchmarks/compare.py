@@ -63,10 +63,10 @@ def configurations(quick=False):
     out += [_cfg("ppo_num_envs", n, "ppo", **dict(base, num_envs=n)) for n in envs]
     out += [_cfg("ppo_T", T, "ppo", **dict(base, num_steps=T)) for T in steps if T != base["num_steps"]]
     out += [_cfg("ppo_hidden", h, "ppo", **dict(base, hidden=h)) for h in hidden if h != 64]
-    out += [_cfg("ppo_obs", "x".join(map(str, o)), "ppo", **dict(base, obs_shape=o, **large)) for o in obs]
     rb = {k: v for k, v in base.items() if k not in ("epochs", "minibatches")}
     out += [_cfg("reinforce_T", f"mc T={T}", "reinforce", **dict(rb, num_steps=T)) for T in rt]
     out += [_cfg("reinforce_T", f"n={nstep} T={T}", "reinforce", nstep=nstep, **dict(rb, num_steps=T)) for T in rt]
+    out += [_cfg("ppo_obs", "x".join(map(str, o)), "ppo", **dict(base, obs_shape=o, **large)) for o in obs]
     return out
 
 
@@ -128,7 +128,8 @@ def summarize(runs_by_key):
             out[key] = {"error": runs[0]["error"] if runs else "not run"}
             continue
         out[key] = {k: _median(ok, k) for k in ("s_per_iter", "env_steps_per_s", "peak_bytes", "peak_rss_mb",
-                                                  "compile_s", "first_iter_s")}
+                                                  "compile_s", "first_iter_s", "cpu_s_per_iter",
+                                                  "cpu_env_steps_per_s")}
         out[key]["reps"] = len(ok)
     return out
 
@@ -225,6 +226,16 @@ def table(cfgs, summ, meta):
         row += [_fmt(_ratio(g["timerl"]("peak_bytes"), g[x]("peak_bytes")), "ratio") for x in ("numpy", "torch")]
         row += [_fmt(g["timerl"]("compile_s"), "s")]
         lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "The same throughput from process CPU time (`cpu_env_steps_per_s`: robust when other processes "
+              "share the cores; equal to the wall-clock figure on an unloaded machine for one-thread runs):", "",
+              "| configuration | timerl CPU steps/s | numpy CPU steps/s | torch CPU steps/s | vs numpy | vs torch |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for k, cfg in enumerate(cfgs):
+        s = {sys_: summ.get((k, sys_), {}) for sys_ in SYSTEMS}
+        c = {x: s[x].get("cpu_env_steps_per_s") for x in SYSTEMS}
+        row = [_label(cfg)] + [_fmt(c[x], "rate") for x in SYSTEMS]
+        row += [_fmt(_ratio(c["timerl"], c[x]), "ratio") for x in ("numpy", "torch")]
+        lines.append("| " + " | ".join(row) + " |")
     lines += ["", "Peak RSS (MiB, whole process incl. imports) and seconds per iteration, medians:", "",
               "| configuration | timerl RSS | numpy RSS | torch RSS | timerl s/iter | numpy s/iter | torch s/iter |",
               "|---|---:|---:|---:|---:|---:|---:|"]
@@ -313,6 +324,23 @@ def plots(cfgs, summ, out_dir, suffix=""):
     return written
 
 
+BEGIN, END = "<!-- performance:begin (written by python -m asv_benchmarks.compare --readme) -->", \
+    "<!-- performance:end -->"
+
+
+def update_readme(md, readme, table_path):
+    """Put the table (its title dropped) between README's performance markers."""
+    with open(readme) as f:
+        text = f.read()
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"{readme} has no performance markers ({BEGIN} ... {END})")
+    body = md.split("\n", 2)[2].replace("## ", "#### ")
+    block = f"{BEGIN}\nFrom `{table_path}` (regenerate: `python -m asv_benchmarks.compare --readme`).\n\n{body}{END}"
+    head, rest = text.split(BEGIN, 1)
+    with open(readme, "w") as f:
+        f.write(head + block + rest.split(END, 1)[1])
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m asv_benchmarks.compare", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="tiny configurations, 2 repetitions")
@@ -326,6 +354,11 @@ def main(argv=None):
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--out", default=os.path.join(ROOT, "asv_benchmarks", "results"))
     ap.add_argument("--from-json", default=None, help="re-render the table and plots from a compare.json")
+    ap.add_argument("--readme", action="store_true",
+                    help="also replace the block between the performance markers of README.md with the table")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the saved runs of systems not in --systems (e.g. add timerl to measured baselines; "
+                         "those runs are then not interleaved with the saved ones)")
     ns = ap.parse_args(argv)
     suffix = "_quick" if ns.quick else ""
     os.makedirs(ns.out, exist_ok=True)
@@ -343,6 +376,9 @@ def main(argv=None):
             cfgs = [c for c in cfgs if c["group"] in keep]
         runs = []
         t_start = time.perf_counter()
+        partial = os.path.join(ns.out, f"compare{suffix}.partial.json")  # re-render with --from-json if cut short
+        meta_partial = {"machine": machine(), "method": f"partial: {reps} repetitions planned", "date":
+                        time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "quick": ns.quick}
         for r in range(reps):
             for k, cfg in enumerate(cfgs):
                 order = systems[r % len(systems):] + systems[:r % len(systems)]
@@ -355,6 +391,8 @@ def main(argv=None):
                     msg = res.get("error") or f"{res['env_steps_per_s']:,.0f} steps/s"
                     print(f"[rep {r} {time.perf_counter() - t_start:7.1f}s] {_label(cfg)} / {sys_}: {msg}",
                           flush=True)
+                    with open(partial, "w") as f:
+                        json.dump({"meta": meta_partial, "configurations": cfgs, "runs": runs}, f, default=list)
         meta = {
             "machine": machine(),
             "method": (f"{reps} interleaved repetitions x {iters} iterations per run, each run a fresh process; "
@@ -366,7 +404,19 @@ def main(argv=None):
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "quick": ns.quick,
         }
-        with open(os.path.join(ns.out, f"compare{suffix}.json"), "w") as f:
+        saved_path = os.path.join(ns.out, f"compare{suffix}.json")
+        if ns.merge and os.path.exists(saved_path):
+            with open(saved_path) as f:
+                saved = json.load(f)
+            labels = [_label(c) for c in cfgs]
+            for res in saved["runs"]:
+                old = saved["configurations"][res["cfg"]]
+                old["flags"] = {k: tuple(v) if isinstance(v, list) else v for k, v in old["flags"].items()}
+                if res["system_"] not in systems and _label(old) in labels:
+                    runs.append(dict(res, cfg=labels.index(_label(old))))
+            meta["method"] += (" Merged: runs of " + ", ".join(sorted({r["system_"] for r in runs} - set(systems)))
+                               + f" from {saved['meta']['date']} (not interleaved with this run's).")
+        with open(saved_path, "w") as f:
             json.dump({"meta": meta, "configurations": cfgs, "runs": runs}, f, indent=1, default=list)
     by_key = {}
     for res in runs:
@@ -380,6 +430,9 @@ def main(argv=None):
     with open(path, "w") as f:
         f.write(md)
     written = plots(cfgs, summ, ns.out, suffix)
+    if ns.readme:
+        update_readme(md, os.path.join(ROOT, "README.md"), os.path.relpath(path, ROOT))
+        written.append("README.md")
     print(md)
     print("wrote", path, *written, sep="\n  ")
     return 0

@@ -14,7 +14,9 @@ What each number is:
     ``exe.run()``) and that of iteration k. The builders' log sink (the ``callback`` of
     ``tl.rl.ppo``/``reinforce``) fires once per iteration, after the iteration's last
     loss; what runs after the last sink is reported as ``tail_s``, not in any iteration.
-  * ``env_steps_per_s``: ``num_envs * num_steps / s_per_iter``.
+  * ``env_steps_per_s``: ``num_envs * num_steps / s_per_iter``. ``cpu_s_per_iter`` and
+    ``cpu_env_steps_per_s``: the same from process CPU time (all threads of the process),
+    robust when other processes share the cores.
   * ``peak_bytes``: ``exe.stats["peak_bytes"]`` after the run, the runtime's own account of
     its peak of live tensor bytes (the device pool on numba/cuda).
   * ``peak_rss_mb``: ``getrusage(RUSAGE_SELF).ru_maxrss`` after the run: the whole
@@ -68,19 +70,21 @@ def run_bench(algo, iterations=DEFAULT_ITERATIONS, **flags) -> dict:
 
     stamps = []
     t0 = time.perf_counter()
-    exe = build(callback=lambda row: stamps.append(time.perf_counter()), **flags)
+    exe = build(callback=lambda row: stamps.append((time.perf_counter(), time.process_time())), **flags)
     compile_s = time.perf_counter() - t0
 
     stamps.clear()
-    start = time.perf_counter()
+    start = (time.perf_counter(), time.process_time())
     exe.run()
     end = time.perf_counter()
     if len(stamps) != iterations:
         raise RuntimeError(f"timerl bench: the {algo} program logged {len(stamps)} iterations, expected "
                            f"{iterations}; per-iteration times come from its log sink")
     edges = [start] + stamps
-    iter_s = [b - a for a, b in zip(edges, edges[1:])]
+    iter_s = [b[0] - a[0] for a, b in zip(edges, edges[1:])]
+    cpu_s = [b[1] - a[1] for a, b in zip(edges, edges[1:])]
     s_per_iter = statistics.median(iter_s[1:]) if iterations > 1 else iter_s[0]
+    cpu_per_iter = statistics.median(cpu_s[1:]) if iterations > 1 else cpu_s[0]
     stats = dict(getattr(exe, "stats", {}) or {})
     history = getattr(exe, "history", None)
     last = history.rows[-1] if history is not None and history.rows else {}
@@ -92,8 +96,10 @@ def run_bench(algo, iterations=DEFAULT_ITERATIONS, **flags) -> dict:
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
         "first_iter_s": iter_s[0],
         "iter_s": iter_s,
-        "tail_s": end - stamps[-1],
-        "run_s": end - start,
+        "cpu_s_per_iter": cpu_per_iter,
+        "cpu_env_steps_per_s": num_envs * num_steps / cpu_per_iter,
+        "tail_s": end - stamps[-1][0],
+        "run_s": end - start[0],
         "compile_stages": stats.get("compile_seconds"),
         "peak_host_bytes": stats.get("peak_host_bytes"),
         "kernels": stats.get("kernels"),
@@ -101,8 +107,12 @@ def run_bench(algo, iterations=DEFAULT_ITERATIONS, **flags) -> dict:
         "algo": algo,
         "backend": exe.args.backend if hasattr(exe, "args") else flags.get("backend"),
         "iterations": iterations,
-        "mean_return": last.get("mean_return"),
+        "mean_return": _finite_or_none(last.get("mean_return")),
     }
+
+
+def _finite_or_none(x):
+    return None if x is None or x != x else float(x)  # NaN (no finished episode yet) is not JSON
 
 
 def main(argv=None):

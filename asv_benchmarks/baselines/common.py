@@ -14,7 +14,9 @@ Measurement (``bench``):
   * timing pass: build the learner, run ``iterations`` iterations (one iteration = a
     rollout of ``num_steps`` steps on ``num_envs`` envs + the update); ``s_per_iter`` is the
     median wall time of iterations 2..N (iteration 1 alone when N == 1); ``compile_s`` is 0;
-    ``env_steps_per_s = num_envs * num_steps / s_per_iter``; ``peak_rss_mb`` is
+    ``env_steps_per_s = num_envs * num_steps / s_per_iter``; ``cpu_s_per_iter`` and
+    ``cpu_env_steps_per_s`` are the same with process CPU time (robust when other
+    processes share the cores; equal to wall time for an unloaded one-thread run); ``peak_rss_mb`` is
     ``getrusage(RUSAGE_SELF).ru_maxrss`` read right after the timing pass (whole process,
     imports included);
   * memory pass (after, on a fresh learner): ``peak_bytes`` is the peak of live tensor
@@ -260,15 +262,17 @@ def peak_rss_mb():
 def bench(make_learner, args: Args, measure_peak=None, system="", algo=""):
     """Time ``args.iterations`` iterations, then (if ``measure_peak``) the memory pass."""
     learner = make_learner(args)
-    times = []
+    times, cpu = [], []
     for _ in range(args.iterations):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         learner.iteration()
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
     rss = peak_rss_mb()
     extra = learner.summary() if hasattr(learner, "summary") else {}
     del learner
     s_per_iter = statistics.median(times[1:]) if len(times) > 1 else times[0]
+    cpu_s = statistics.median(cpu[1:]) if len(cpu) > 1 else cpu[0]
     peak = None
     if measure_peak is not None:
         peak = int(measure_peak(lambda: make_learner(args), 2))
@@ -280,6 +284,8 @@ def bench(make_learner, args: Args, measure_peak=None, system="", algo=""):
         "peak_rss_mb": rss,
         "first_iter_s": times[0],
         "iter_s": times,
+        "cpu_s_per_iter": cpu_s,
+        "cpu_env_steps_per_s": args.batch_size / cpu_s,
         "system": system,
         "algo": algo,
         "threads": 1,
