@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import timerl as tl
-from test_grad_util import BACKENDS, check_grad
+from test_grad_util import ALL_BACKENDS, BACKENDS, check_grad
 
 rng = np.random.default_rng(2)
 I_, T_ = 2, 4
@@ -90,7 +90,7 @@ def test_tanh_recurrence_20_steps(backend):
     check_grad(build, data, {"I": 1, "T": 20}, backend=backend)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
 def test_future_discounted_sum(backend):
     """g[t] = r[t] + γ g[t+1]: gradients w.r.t. r and γ-independent weights."""
 

@@ -14,6 +14,7 @@ import pytest
 import timerl as tl
 
 BACKENDS = ["reference", "numpy"]
+ALL_BACKENDS = BACKENDS + ["numba"]  # for a few representative tests (numba's JIT costs seconds)
 
 
 def compile_or_skip(prog, bounds, backend):

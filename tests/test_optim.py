@@ -6,7 +6,7 @@ import pytest
 
 import timerl as tl
 from timerl.ir.ops import Op
-from test_grad_util import BACKENDS, compile_or_skip
+from test_grad_util import ALL_BACKENDS, BACKENDS, compile_or_skip
 
 rng = np.random.default_rng(3)
 N, D = 6, 3
@@ -57,7 +57,7 @@ def grad_fn(Xs, ys):
     return lambda k, w: 2 * Xs[k].T @ (Xs[k] @ w - ys[k]) / N
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
 def test_adam_equals_numpy_step_by_step(backend):
     I = 6
     Xs, ys, got, final = regression(I, lambda ps, prog: tl.optim.Adam(ps, lr=0.1), backend)
