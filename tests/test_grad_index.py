@@ -247,3 +247,32 @@ def test_graph_size_is_linear():
             tl.grad(h.sum(), [x])
             sizes.append(prog.pdg.number_of_nodes() - n0)
     assert sizes[0] == sizes[1] < 60
+
+
+def test_unsupported_gradient_names_the_tensor():
+    prog = tl.Program("t")
+    (t,) = prog.dims
+    with prog:
+        x = tl.tensor(np.ones((3, 4)), (t,), name="x")
+        g = tl.tensor(np.full(3, 0.9), (t,), name="gamma")
+        y = x.discounted_cumsum(g, axis=0)
+        with pytest.raises(tl.CompileError, match="discount"):
+            tl.grad(y.sum(), [g])
+        b = tl.tensor(np.ones((3, 4), bool), (t,), name="mask")
+        with pytest.raises(tl.CompileError, match="comparison gt"):
+            tl.grad((~(x > b.astype("float64"))).astype("float64").sum(), [x])
+
+
+def test_backward_accumulates():
+    data = X(3)
+    prog = tl.Program("i t")
+    i, t = prog.dims
+    got = {}
+    with prog:
+        x = tl.tensor(data, (i, t), requires_grad=True, name="x")
+        (x * x).sum().backward()
+        (3.0 * x).sum().backward()
+        tl.sink(x.grad, lambda v, p: got.__setitem__(tuple(p.values()), v.copy()))
+    prog.compile(B, backend="reference").run()
+    for (a, b), v in got.items():
+        np.testing.assert_allclose(v, 2 * data[a, b] + 3.0)

@@ -251,7 +251,7 @@ class _Backward:
         return fwd & bwd
 
     def _check_differentiable(self, path):
-        for n in path:
+        for n in sorted(path):
             node = self.pdg.rec(n)
             ins = [p for p, _ in self._gedges(n) if p in path]
             if not ins:
