@@ -71,3 +71,38 @@ class Critic(nn.Module):
 
     def forward(self, obs):
         return self.net(flatten_obs(self.env, obs)).squeeze(-1)
+
+
+def acting_copy(module, outer, inner):
+    """``module`` as iteration ``outer`` starts, for parameters that live over ``(outer, inner)``.
+
+    Each parameter ``p`` gets a snapshot ``q`` over ``(outer,)``: ``q[0]`` is ``p``'s initial
+    value and ``q[i] = p[i - 1, K]``, the parameters the previous iteration ended with (equal
+    to ``p[i, 0]``). Reading ``q`` rather than ``p[i, 0]`` keeps the acting loop and the update
+    loop of one iteration apart in the dependence graph: within iteration ``i`` the acting
+    loop never reads a tensor that the update loop writes, so each loop is ordered by its own
+    dim (``t`` ascending, ``k`` ascending) without a whole-program isl schedule.
+    """
+    from ..api.ops import placeholder
+    from ..api.tensor import RecurrentTensor
+
+    new = object.__new__(type(module))
+    for key, v in module.__dict__.items():
+        new.__dict__[key] = _snapshot_value(v, outer, inner, placeholder, RecurrentTensor)
+    return new
+
+
+def _snapshot_value(v, outer, inner, placeholder, RecurrentTensor):
+    if isinstance(v, nn.Module):
+        return acting_copy(v, outer, inner)
+    if isinstance(v, (list, tuple)):
+        return type(v)(_snapshot_value(x, outer, inner, placeholder, RecurrentTensor) for x in v)
+    if isinstance(v, RecurrentTensor) and v.prog.pdg.nodes[v.nid].get("parameter"):
+        pdg = v.prog.pdg
+        (init_nid, init_edge), *_ = pdg.inputs(v.nid)          # branch 0: p[0, 0] = init
+        init = RecurrentTensor(v.prog, init_nid, init_edge.out)
+        q = placeholder(v.shape, v.dtype, (outer,), name=f"{v.node.name}@acting")
+        q[0] = init
+        q[outer] = v[outer - 1, inner.bound]
+        return q
+    return v

@@ -61,7 +61,7 @@ def build(args: Args, callback=None):
     import timerl as tl
     from timerl import optim
 
-    from .policies import Actor, Critic
+    from .policies import Actor, Critic, acting_copy
 
     prog = tl.Program("i t k")
     i, t, k = prog.dims
@@ -74,7 +74,7 @@ def build(args: Args, callback=None):
         env = tl.rl.make_env(args.env, args.num_envs, args.seed, **env_kwargs(args))
         actor = Actor(env, args, domain=(i, k))
         critic = Critic(env, args, domain=(i, k))
-        act_actor, act_critic = actor.at(k, 0), critic.at(k, 0)   # the parameters as the iteration starts
+        act_actor, act_critic = acting_copy(actor, i, k), acting_copy(critic, i, k)   # θ as iteration i starts
 
         # -- acting ------------------------------------------------------------------------------------
         o = tl.placeholder(env.observation_shape, "float32", (i, t), name="o")
@@ -94,8 +94,7 @@ def build(args: Args, callback=None):
         def batch(x, *trail):  # the slice has the int length num_steps, so B is an int
             return x[i, 0:args.num_steps].detach().reshape((B,) + trail)
 
-        obs_dim = math.prod(env.single_observation_shape)
-        b_obs = batch(o.reshape((N, obs_dim)) if len(env.single_observation_shape) > 1 else o, obs_dim)
+        b_obs = batch(o, *env.single_observation_shape)   # Actor/Critic flatten observations themselves
         b_a = batch(a, *env.single_action_shape)
         b_logp, b_adv, b_ret, b_v = batch(logp), batch(adv), batch(ret), batch(v)
 
