@@ -17,6 +17,7 @@ from .api import functions as F
 from .api import ops as O
 from .api import random as R
 from .api.grad_rules import ones_like
+from .errors import ShapeError
 
 __all__ = ["Categorical", "Normal"]
 
@@ -30,7 +31,7 @@ class Categorical:
     def __init__(self, logits):
         self.logits = O.as_tensor(logits)
         if self.logits.dtype.kind != "f" or self.logits.ndim < 1:
-            raise O.ShapeError(f"Categorical: logits {self.logits.name!r} must be float with at least one axis")
+            raise ShapeError(f"Categorical: logits {self.logits.name!r} must be float with at least one axis")
         self.log_probs = self.logits - self.logits.logsumexp(axis=-1, keepdims=True)
 
     @property
@@ -47,7 +48,7 @@ class Categorical:
             a = a.astype("int64")
         idx = O.unsqueeze(a, -1)
         if idx.ndim != self.log_probs.ndim:
-            raise O.ShapeError(f"Categorical.log_prob: action {a.name!r} of shape {tuple(a.shape)} does not match "
+            raise ShapeError(f"Categorical.log_prob: action {a.name!r} of shape {tuple(a.shape)} does not match "
                                f"logits of shape {tuple(self.logits.shape)}")
         return O.squeeze(O.take_along_axis(self.log_probs, idx, axis=-1), -1)
 
