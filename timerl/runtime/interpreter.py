@@ -281,9 +281,9 @@ class Lowering:
 
     # whole program -----------------------------------------------------------------------
     def source(self) -> str:
-        fns = []
+        fns, bodies = [], {}
         for g in self.groups:
-            body = []
+            body = bodies[g.gid] = []
             fused = {}
             if self.backend == "numba" and self.mode != "plan":
                 for ch in cpu.chains(self.pdg, g.members):
@@ -296,6 +296,8 @@ class Lowering:
                     body += self.kernel_lines(fused[n], g)
             body.append("if live > peak:")
             body.append("    peak = live")
+        for g in self.groups:  # frees at the tail of their last reader (every store is known now)
+            body = bodies[g.gid]
             for n, at in self.inline.get(g.gid, ()):
                 if n in self.stored:
                     if at is None:
@@ -309,7 +311,7 @@ class Lowering:
                 body = [f"K_ = {k}"] + [ln.replace(k, "K_") for ln in body]
             fns.append(f"def G{g.gid}({args}):\n    nonlocal live, peak\n"
                        + "".join(f"    {ln}\n" for ln in body))
-        for n in sorted(self.frees):
+        for n in sorted(set(self.frees) | self.stored):
             node = self.pdg.rec(n)
             args = ", ".join(f"d_{d.name}" for d in node.domain)
             k = self.key(node.domain)

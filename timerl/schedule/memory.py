@@ -89,6 +89,10 @@ def inline_frees(pdg, analysis, problem, T, last: dict) -> dict:
             continue
         if g.domain != pdg.rec(p).domain:
             continue
+        # only where the reader's statement runs exactly at p's points (else the tail would
+        # free points p never had)
+        if not analysis.demand[p].set_tuple_name(g.name).is_equal(analysis.demand[g.gid].set_tuple_name(g.name)):
+            continue
         same = analysis.demand[p].identity().set_tuple_name(isl.dim_type.out, g.name)
         if maps[0].is_equal(same):
             out.setdefault(g.gid, []).append((p, None))
