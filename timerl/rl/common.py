@@ -131,13 +131,14 @@ class History:
         self.env, self.args, self.loss_names, self.callback = env, args, list(loss_names), callback
         self.rows = []
         self.t0 = None
+        env.on_reset.append(self.start)  # the env resets once at the start of every run
 
     def start(self):
         self.rows = []
         self.t0 = time.perf_counter()
 
     def record(self, i, losses):
-        if self.t0 is None or (i == 0 and self.rows):
+        if self.t0 is None:
             self.start()
         env = self.env
         row = {"iteration": int(i) + 1, "env_steps": (int(i) + 1) * env.num_envs * self.args.num_steps,

@@ -231,6 +231,7 @@ class Env:
         self.action_low = getattr(impl, "action_low", None)
         self.action_high = getattr(impl, "action_high", None)
         self.key = f"env{next(_keys)}:{env_id}"
+        self.on_reset = []  # callbacks at the start of each run (e.g. a logger's clock)
         self._clear()
 
     def _clear(self):
@@ -242,6 +243,8 @@ class Env:
     # host side ---------------------------------------------------------------------------
     def _reset(self):
         self._clear()
+        for fn in self.on_reset:
+            fn()
         obs = self.impl.reset()
         return np.asarray(obs, np.float32).reshape(self.observation_shape)
 
