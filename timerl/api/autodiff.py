@@ -26,23 +26,22 @@ gradient. Recurrences (cycles) get one placeholder per adjoint, which makes the 
 pass a recurrence too (``g[t] = r[t] + γ g[t+1]`` differentiates into a forward recurrence).
 
 The graph grows by a constant number of ops per forward op and edge, never per point.
+The isl side (supports, inverted relations as sympy pieces) is :mod:`timerl.ir.reverse`.
 """
 
 from __future__ import annotations
 
-import islpy as isl
 import networkx as nx
 import sympy
 
 from ..errors import CompileError, ShapeError
 from ..ir.expr import Cond
 from ..ir.ops import Edge, Op, Slice
-from ..ir.polyhedral import Model, param
+from ..ir.reverse import Reverse
 from . import ops as O
 from .grad_rules import grad_rules, nondiff_reason, stop_edge
 from .tensor import RecurrentTensor
 
-DT = isl.dim_type
 
 
 # -- public entry points -----------------------------------------------------------------------
@@ -94,118 +93,6 @@ def grad_of(x):
     return RecurrentTensor(x.prog, g)
 
 
-# -- isl helpers -------------------------------------------------------------------------------
-
-
-def _val(v):
-    return sympy.Rational(str(v))
-
-
-class _Syms:
-    """isl names -> sympy symbols of the program (dims by position, bounds by name)."""
-
-    def __init__(self, prog):
-        self.params = {param(b): b.e for b in prog.bounds}
-
-    def aff(self, aff, dims):
-        e = _val(aff.get_constant_val())
-        for k, d in enumerate(dims):
-            c = aff.get_coefficient_val(DT.in_, k)
-            if not c.is_zero():
-                e += _val(c) * d.e
-        sp = aff.get_space()
-        for k in range(sp.dim(DT.param)):
-            c = aff.get_coefficient_val(DT.param, k)
-            if not c.is_zero():
-                e += _val(c) * self.params[sp.get_dim_name(DT.param, k)]
-        for k in range(aff.dim(DT.div)):
-            c = aff.get_coefficient_val(DT.div, k)
-            if not c.is_zero():
-                e += _val(c) * sympy.floor(self.aff(aff.get_div(k), dims))
-        return sympy.simplify(e) if e.has(sympy.floor) else sympy.expand(e)
-
-    def constraint(self, c, dims):
-        e = _val(c.get_constant_val())
-        for k, d in enumerate(dims):
-            v = c.get_coefficient_val(DT.set, k)
-            if not v.is_zero():
-                e += _val(v) * d.e
-        sp = c.get_space()
-        for k in range(sp.dim(DT.param)):
-            v = c.get_coefficient_val(DT.param, k)
-            if not v.is_zero():
-                e += _val(v) * self.params[sp.get_dim_name(DT.param, k)]
-        ls = c.get_local_space()
-        for k in range(ls.dim(DT.div)):
-            v = c.get_coefficient_val(DT.div, k)
-            if not v.is_zero():
-                e += _val(v) * sympy.floor(self.aff(ls.get_div(k), dims))
-        return sympy.Eq(e, 0) if c.is_equality() else sympy.Ge(e, 0)
-
-    def cond(self, s, dims):
-        """An isl set over ``dims`` as a sympy condition."""
-        ors = []
-        for bs in s.get_basic_sets():
-            ands = [self.constraint(c, dims) for c in bs.get_constraints()]
-            ors.append(sympy.And(*ands) if ands else sympy.true)
-        return sympy.Or(*ors) if ors else sympy.false
-
-
-def _pieces(pw):
-    out = []
-    pw.foreach_piece(lambda s, ma: out.append((s, ma.get_aff(0))))
-    return out
-
-
-def _disjoint(m: isl.Map):
-    """Disjoint basic maps covering ``m``."""
-    done = []
-    work = list(m.coalesce().get_basic_maps())
-    while work:
-        b = work.pop()
-        if b.is_empty():
-            continue
-        bm = isl.Map.from_basic_map(b)
-        hit = None
-        for d in done:
-            if not bm.intersect(isl.Map.from_basic_map(d)).is_empty():
-                hit = d
-                break
-        if hit is None:
-            done.append(b)
-        else:
-            work.extend(bm.subtract(isl.Map.from_basic_map(hit)).get_basic_maps())
-    return done
-
-
-def _ranges(b, nq):
-    """Split basic map ``b`` (producer point -> consumer points) into basic maps in which each
-    consumer dim ranges over one affine interval: [(basic map, [(lo aff, hi aff)] per dim)]."""
-    out, work = [], [b]
-    while work:
-        b = work.pop()
-        m = isl.Map.from_basic_map(b)
-        bounds, split = [], None
-        for j in range(nq):
-            pj = m.project_out(DT.out, j + 1, nq - j - 1).project_out(DT.out, 0, j)
-            lo, hi = _pieces(pj.lexmin_pw_multi_aff()), _pieces(pj.lexmax_pw_multi_aff())
-            for pcs in (lo, hi):
-                if len(pcs) > 1:
-                    split = [s for s, _ in pcs]
-                    break
-            if split:
-                break
-            bounds.append((lo[0][1], hi[0][1]))
-        if split is None:
-            out.append((b, bounds))
-            continue
-        for s in split:
-            for bb in m.intersect_domain(s).get_basic_maps():
-                if not bb.is_empty():
-                    work.append(bb)
-    return out
-
-
 # -- the backward pass ---------------------------------------------------------------------------
 
 
@@ -217,8 +104,7 @@ class _Backward:
         for x in xs:
             if x.prog is not self.prog:
                 raise CompileError(f"tl.grad: {x.name!r} belongs to another program")
-        self.model = Model(self.prog, self.pdg, {})
-        self.syms = _Syms(self.prog)
+        self.rev = Reverse(self.prog, self.pdg)
         self.adj = {}
         self.vjps = {}
         self._dv = {}
@@ -267,67 +153,6 @@ class _Backward:
                     "call .detach() on it where no gradient should flow"
                 )
 
-    # supports ------------------------------------------------------------------------------------
-    def _supports(self, path, cons):
-        model = self.model
-        sub = nx.DiGraph()
-        sub.add_nodes_from(path)
-        for p, cs in cons.items():
-            for c, _ in cs:
-                sub.add_edge(c, p)
-        cond = nx.condensation(sub)
-        S = {}
-        y = self.y.nid
-        for scc in nx.topological_sort(cond):
-            members = cond.nodes[scc]["members"]
-            incoming = {}
-            for n in members:
-                pts = model.points(n)
-                s = model.box_set(n).intersect(pts) if n == y else pts.subtract(pts)
-                for c, e in cons.get(n, []):
-                    if c not in members:
-                        s = s.union(S[c].apply(model.access(c, n, e.pos)))
-                incoming[n] = s.coalesce()
-            cyclic = len(members) > 1 or sub.has_edge(next(iter(members)), next(iter(members)))
-            if not cyclic:
-                S.update(incoming)
-            else:
-                S.update(self._support_cycle(members, cons, incoming))
-        return S
-
-    def _support_cycle(self, members, cons, incoming):
-        model = self.model
-        R = None
-        for p in members:
-            for c, e in cons.get(p, []):
-                if c in members:
-                    m = isl.UnionMap.from_map(model.access(c, p, e.pos))
-                    R = m if R is None else R.union(m)
-        seed = None
-        for s in incoming.values():
-            u = isl.UnionSet.from_set(s)
-            seed = u if seed is None else seed.union(u)
-        closure, exact = R.transitive_closure()
-        reach = seed.union(seed.apply(closure)).coalesce()
-        dem = {}
-        for n in members:
-            sp = model.points(n).get_space()
-            dem[n] = reach.extract_set(sp).intersect(model.points(n)).coalesce()
-        if not exact:
-            for _ in range(1000):
-                changed = False
-                for n in members:
-                    s = incoming[n]
-                    for c, e in cons.get(n, []):
-                        if c in members:
-                            s = s.union(dem[c].apply(model.access(c, n, e.pos)))
-                    s = s.intersect(dem[n]).coalesce()
-                    if not s.is_equal(dem[n]):
-                        dem[n], changed = s, True
-                if not changed:
-                    break
-        return dem
-
     # run --------------------------------------------------------------------------------------
     def run(self):
         y = self.y
@@ -342,7 +167,7 @@ class _Backward:
             for p, e in self._gedges(c):
                 if p in path:
                     cons.setdefault(p, []).append((c, e))
-        self.S = self._supports(path, cons) if path else {}
+        self.rev.supports(self.y.nid, path, cons)
         with self.prog:
             sub = nx.DiGraph()
             sub.add_nodes_from(path)
@@ -413,11 +238,11 @@ class _Backward:
         node = self.y.node
         one = O.const(1, dtype=node.dtype, domain=node.domain)
         one = O.broadcast_to(one, node.shape) if node.shape else one
-        pts, box = self.model.points(self.y.nid), self.model.box_set(self.y.nid)
-        if pts.is_subset(box):
+        cond = self.rev.seed_cond(self.y.nid)
+        if cond is None:
             return one
         ph = O.placeholder(node.shape, node.dtype, node.domain, name=f"grad({node.name})")
-        ph[Cond(self.syms.cond(box.gist(pts), node.domain))] = one
+        ph[Cond(cond)] = one
         ph[True] = self._zeros_of(node)
         self._extend(ph, self.y.nid)
         return ph
@@ -426,7 +251,7 @@ class _Backward:
         """Give placeholder ``ph`` the shift-extension points of node ``n`` (a zero branch that
         never applies, after the catch-all, makes them points of ``ph``)."""
         node = self.pdg.rec(n)
-        for d, iv in zip(node.domain, self.model.box(n)):
+        for d, iv in zip(node.domain, self.rev.box(n)):
             if iv is None:
                 continue
             ext = sympy.simplify(iv[1] - d.bound.e)
@@ -462,41 +287,28 @@ class _Backward:
 
     # pulling a consumer's vjp back to the producer's points ----------------------------------------
     def _pullback(self, c, e, p):
-        model = self.model
         cnode, pnode = self.pdg.rec(c), self.pdg.rec(p)
-        acc = model.access(c, p, e.pos).intersect_domain(self.S[c])
-        rev = acc.reverse().intersect_domain(model.points(p)).coalesce()
-        if rev.is_empty():
+        got = self.rev.pieces(c, e.pos, p)
+        if got is None:
             return None
+        covers, pieces = got
         V = self._vjp(c, e)
         slices = [(k, ent) for k, ent in enumerate(e.index) if isinstance(ent, Slice)] if cnode.op is Op.ACCESS else []
         W = self._pad(V, cnode, pnode, slices, p)
-        pieces = []
-        for b in _disjoint(rev):
-            pieces.extend(_ranges(b, len(cnode.domain)))
-        pts = model.points(p)
-        values = []
-        for b, bounds in pieces:
-            dom = isl.Set.from_basic_set(b.domain())
-            val = self._piece(W, cnode, pnode, slices, bounds)
-            values.append((dom, val))
-        if len(values) == 1 and pts.is_subset(values[0][0]) and values[0][1] is V and \
-                tuple(V.domain) == tuple(pnode.domain):
+        values = [(cond, self._piece(W, cnode, pnode, slices, rng)) for cond, rng in pieces]
+        if covers and values[0][1] is V and tuple(V.domain) == tuple(pnode.domain):
             return V
         ph = O.placeholder(pnode.shape, pnode.dtype, pnode.domain, name=f"grad({pnode.name})")
-        for dom, val in values:
-            c_ = self.syms.cond(dom.gist(pts), pnode.domain)
-            ph[Cond(c_) if c_ is not sympy.true else True] = val
+        for cond, val in values:
+            ph[Cond(cond) if cond is not sympy.true else True] = val
         ph[True] = self._zeros_of(pnode)
         self._extend(ph, p)
         return ph
 
-    def _piece(self, W, cnode, pnode, slices, bounds):
+    def _piece(self, W, cnode, pnode, slices, rng):
         """The sum over one piece's consumer points of the consumer's vjp at this producer point."""
-        dims = pnode.domain
         entries, n_int = [], 0
-        for d, (lo, hi) in zip(cnode.domain, bounds):
-            lo_e, hi_e = self.syms.aff(lo, dims), self.syms.aff(hi, dims)
+        for d, (lo_e, hi_e) in zip(cnode.domain, rng):
             bad = {s for s in (lo_e.free_symbols | hi_e.free_symbols)
                    if s != d.e and s not in self.prog._sym_to_bound}
             if bad:
@@ -547,7 +359,7 @@ class _Backward:
             d = pnode.domain[k]
             if d not in cnode.domain:
                 continue
-            box = self.model.box(p)[k]
+            box = self.rev.box(p)[k]
             H = d.bound.e if box is None else sympy.simplify(box[1])
             jv = self._access(self._dim_node(d), [Slice(sympy.Integer(0), H)])
             lo = self._expr(ent.start, {d.e: self._dim_node(d)})
