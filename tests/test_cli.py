@@ -66,3 +66,14 @@ def test_walkthrough_runs(capsys):
     runpy.run_path(str(ROOT / "docs" / "walkthrough.py"))["main"]([])
     out = capsys.readouterr().out
     assert "== PDG" in out and "== schedule" in out and "matches the numpy loop" in out
+
+
+def test_show_pdg_and_schedule(tmp_path, capsys):
+    small = ["reinforce", "--num-envs", "2", "--num-steps", "4", "--total-steps", "8", "--backend", "reference"]
+    dot = tmp_path / "pdg.dot"
+    assert main(["show", "pdg", *small, "--out", str(dot)]) == 0
+    text = dot.read_text()
+    assert text.startswith("digraph pdg") and "CartPole-v1.step" in text and "discounted_returns" in text
+    assert main(["show", "schedule", *small]) == 0
+    out = capsys.readouterr().out
+    assert "CartPole-v1.reset" in out and "CartPole-v1.step" in out
