@@ -8,6 +8,7 @@ source, compiled once), ``plan`` (the planned peak, when a budget is given).
 
 from __future__ import annotations
 
+import copy
 import time
 
 import islpy as isl
@@ -24,10 +25,24 @@ from .interpreter import Lowering
 VARIANTS = ("default", "serialize_sccs", "no_proximity")
 
 
-class Plan:
-    """One schedule with its memory plan, lowered to a tree."""
+class Schedule(ScheduleTree):
+    """The schedule tree, headed by one line per tensor read by slices: its storage kind."""
 
-    def __init__(self, prog, pdg, bounds, analysis, grouping, variant, times):
+    def __init__(self, *args, kinds=None, **kw):
+        super().__init__(*args, **kw)
+        self.kinds = kinds or {}
+
+    def __str__(self):
+        head = "".join(st.header() + "\n" for _, st in sorted(self.kinds.items()))
+        return head + super().__str__()
+
+    __repr__ = __str__
+
+
+class Plan:
+    """One schedule with its memory plan (frees, donation, storage kinds), lowered to a tree."""
+
+    def __init__(self, prog, pdg, bounds, analysis, grouping, variant, times, storage="default"):
         t0 = time.perf_counter()
         self.problem = build_problem(prog, pdg, analysis, grouping)
         try:
@@ -48,6 +63,9 @@ class Plan:
         frees = memory.free_maps(prog, pdg, analysis, self.problem, T, {p: m for p, m in last.items() if p not in inl})
         self.donated = memory.donations(prog, pdg, analysis, self.problem, T, last)
         self.frees = sorted(p for p in last if p not in inl)
+        self._memory_args = (prog, pdg, analysis, self.problem, T, last, frees)
+        self.storage = storage
+        self.kinds = memory.storage_kinds(*self._memory_args, mode=storage)
         t2 = time.perf_counter()
         full = T
         for f in frees:
@@ -56,15 +74,24 @@ class Plan:
         ast = build.node_from_schedule_map(full)
         params = {f"P_{k}": v for k, v in bounds.items()}
         self.tree = from_ast(ast, params)
-        self.schedule = ScheduleTree(self.tree, self.problem.groups, pdg, self.donated, self.inline)
+        self.schedule = Schedule(self.tree, self.problem.groups, pdg, self.donated, self.inline, kinds=self.kinds)
         t3 = time.perf_counter()
         self.variant, self.grouping = variant, grouping
         for k, v in (("schedule", t1 - t0), ("memory", t2 - t1), ("ast", t3 - t2)):
             times[k] = times.get(k, 0.0) + v
 
+    def with_storage(self, storage):
+        """The same schedule with the storage kinds of another mode (memory.STORAGE_MODES)."""
+        alt = copy.copy(self)
+        alt.storage = storage
+        alt.kinds = memory.storage_kinds(*self._memory_args, mode=storage)
+        alt.schedule = Schedule(self.tree, self.problem.groups, self.schedule.pdg, dict(self.donated), self.inline,
+                                kinds=alt.kinds)
+        return alt
+
     def lower(self, prog, pdg, bounds, seed, mode, backend="numpy"):
         low = Lowering(prog, pdg, bounds, seed, self.problem.groups, self.tree, dict(self.donated), mode, backend,
-                       self.inline)
+                       self.inline, self.kinds)
         out = low.build(self.frees)
         self.kernels = low.kernels
         if mode != "plan":
@@ -95,17 +122,31 @@ def build_executable(prog, pdg, bounds, analysis, times, backend="numba", seed=0
         planned = plan.planned_peak(prog, pdg, bounds, seed)
         tried = [(planned, plan)]
         if planned > memory_budget:
-            for g in ((grouping, False) if grouping else (False,)):
-                for v in VARIANTS:
-                    if (g, v) == (grouping, "default"):
+            # the alternatives: storage kinds on each schedule (default, blocks without rings,
+            # point stores only), then the other schedule variants
+            def storages(base):
+                for st in memory.STORAGE_MODES:
+                    if st == base.storage:
                         continue
-                    try:
-                        alt = Plan(prog, pdg, bounds, analysis, g, v, times)
-                    except CompileError:
-                        continue
-                    tried.append((alt.planned_peak(prog, pdg, bounds, seed), alt))
-                    if tried[-1][0] <= memory_budget:
-                        break
+                    alt = base.with_storage(st)
+                    if alt.kinds != base.kinds:
+                        yield alt
+
+            def candidates():
+                yield from storages(plan)
+                for g in ((grouping, False) if grouping else (False,)):
+                    for v in VARIANTS:
+                        if (g, v) == (grouping, "default"):
+                            continue
+                        try:
+                            alt = Plan(prog, pdg, bounds, analysis, g, v, times)
+                        except CompileError:
+                            continue
+                        yield alt
+                        yield from storages(alt)
+
+            for alt in candidates():
+                tried.append((alt.planned_peak(prog, pdg, bounds, seed), alt))
                 if tried[-1][0] <= memory_budget:
                     break
             planned, plan = min(tried, key=lambda x: x[0])

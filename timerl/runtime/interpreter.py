@@ -3,8 +3,10 @@
 Each group statement becomes one Python function (its members' evaluations in order,
 index expressions inlined as Python arithmetic), each free one function, and the
 schedule's loops plain Python loops calling them; so a run costs one call per
-statement instance plus the ops themselves. Values live in one store per node (a dict
-from point to array); ``live``/``peak`` count the bytes of stored values.
+statement instance plus the ops themselves. Values live in one store per node: a dict
+from point to array, or, where the memory plan chose it (``kinds``), a block store or
+circular buffer (:mod:`timerl.runtime.stores`) whose slice reads are views of one array;
+``live``/``peak`` count the bytes of stored values (a block's whole allocation while live).
 
 Modes: ``"run"`` evaluates; ``"check"`` also verifies that every read happens after
 its write and before its free; ``"plan"`` only counts bytes (the planned peak, no
@@ -26,6 +28,7 @@ from ..ir.semantics import BINARY, UNARY, evaluate
 from ..kernels import cpu
 from ..schedule.tree import render
 from .reference import _readonly, call_udf
+from .stores import BlockStore
 
 
 class Ctx:
@@ -71,9 +74,14 @@ def _probe(fn, dtypes):
 class Lowering:
     """Renders the Python source of one schedule for one mode."""
 
-    def __init__(self, prog, pdg, bounds, seed, groups, tree, donated, mode="run", backend="numpy", inline=None):
+    def __init__(self, prog, pdg, bounds, seed, groups, tree, donated, mode="run", backend="numpy", inline=None,
+                 kinds=None):
         self.prog, self.pdg, self.bounds, self.seed = prog, pdg, bounds, seed
         self.inline = inline or {}
+        # block stores and circular buffers (memory.Storage); every other node: a dict of points
+        self.kinds = {n: st for n, st in (kinds or {}).items() if st.kind != "points"}
+        # an op never writes in place into a block or ring (other points share the array)
+        donated = {c: pos for c, pos in donated.items() if pdg.inputs(c)[pos][0] not in self.kinds}
         self.backend, self.kernels = backend, {}
         self.groups, self.tree, self.donated, self.mode = groups, tree, donated, mode
         self.ns = {"np": np, "gather": gather, "gather_keys": gather_keys, "RuntimeFault": RuntimeFault,
@@ -112,6 +120,11 @@ class Lowering:
             if any(isinstance(x, Slice) for x in e.index):
                 if self.mode == "plan":
                     return "0"
+                if p in self.kinds:
+                    got = f"s{p}.gather({ent})"
+                    if self.mode == "check":
+                        return f"chk_many(s{p}, fr{p}, gather_keys({ent}), {p}, {n}) or {got}"
+                    return got
                 if self.mode == "check":
                     return (f"chk_many(s{p}, fr{p}, gather_keys({ent}), {p}, {n}) or "
                             f"gather(s{p}, {e.out if multi else None}, {ent}, "
@@ -180,12 +193,13 @@ class Lowering:
             ctx = self.sym(f"ctx{n}", Ctx(node, self.names(node.domain)))
             L.append(f"{ctx}.point = {k}")
             L.append(f"o = evaluate({self.sym(f'node{n}', node)}, [{', '.join(args)}], 0, {ctx})[0]")
-        L.append(f"s{n}[{k}] = o")
         self.stored.add(n)
-        if len(node.shapes) > 1:
-            L.append("live += sum(x.nbytes for x in o)")
+        if n in self.kinds:
+            L.append(f"live += s{n}.put({k}, o)")
+        elif len(node.shapes) > 1:
+            L += [f"s{n}[{k}] = o", "live += sum(x.nbytes for x in o)"]
         else:
-            L.append("live += o.nbytes")
+            L += [f"s{n}[{k}] = o", "live += o.nbytes"]
         if self.mode == "check":
             L.append(f"fr{n}.discard({k})")
         return L
@@ -197,6 +211,8 @@ class Lowering:
         L = []
         if self.mode == "check":
             L += [f"if {k} not in fr{n}:", f"    if {k} not in s{n}: bad_free({n}, {k})", f"    fr{n}.add({k})"]
+        if n in self.kinds:
+            return L + [f"live -= s{n}.free({k})"]
         return L + [f"v = s{n}.pop({k}, None)", "if v is not None:", f"    live -= {nb}"]
 
     def kernel_lines(self, chain, g) -> list[str]:
@@ -217,7 +233,8 @@ class Lowering:
         shape = self.sym(f"shape{chain[0]}", tuple(node0.shape))
         L = [f"r = {kid}({', '.join(args + [str(size)])})"]
         for j, o in enumerate(outputs):
-            L += [f"o = r[{j}].reshape({shape})", f"s{o}[{k}] = o", "live += o.nbytes"]
+            L.append(f"o = r[{j}].reshape({shape})")
+            L += [f"live += s{o}.put({k}, o)"] if o in self.kinds else [f"s{o}[{k}] = o", "live += o.nbytes"]
             if self.mode == "check":
                 L.append(f"fr{o}.discard({k})")
             self.stored.add(o)
@@ -275,7 +292,7 @@ class Lowering:
             p, e = ins[pos]
             L.append(f"dv = s{p}.pop({self.key(self.pdg.rec(p).domain)}, None)")
             L.append("if dv is not None: live -= dv")
-        L += [f"s{n}[{k}] = o", "live += o"]
+        L += [f"live += s{n}.put({k}, o)"] if n in self.kinds else [f"s{n}[{k}] = o", "live += o"]
         self.stored.add(n)
         return L
 
@@ -327,6 +344,9 @@ class Lowering:
                 chk = (f"    if {k} in fr{n}: return\n"
                        f"    if {k} not in s{n}: bad_free({n}, {k})\n"
                        f"    fr{n}.add({k})\n")
+            if n in self.kinds:
+                fns.append(f"def F{n}({args}):\n    nonlocal live\n{chk}    live -= s{n}.free({k})\n")
+                continue
             fns.append(f"def F{n}({args}):\n    nonlocal live\n{chk}    v = s{n}.pop({k}, None)\n"
                        f"    if v is not None:\n        live -= {nb}\n")
 
@@ -346,7 +366,9 @@ class Lowering:
         self.frees = frees
         src = self.source()
         for n in self.pdg.nodes:
-            self.ns[f"s{n}"] = {}
+            st = self.kinds.get(n)
+            self.ns[f"s{n}"] = {} if st is None else BlockStore(
+                st.pos, st.lo, st.length, st.shape, st.dtype, ring=st.kind == "circular", plan=self.mode == "plan")
             self.ns[f"fr{n}"] = set()
         if self.mode == "check":
             self.ns.update(chk=self._chk, chk_many=self._chk_many, bad_free=self._bad_free)
@@ -365,6 +387,9 @@ class Lowering:
         if k in store:
             return store[k]
         what = "after it was freed" if k in freed else "before it was written"
+        if isinstance(store, BlockStore) and store.holder(k) is not None:
+            what = (f"after its circular-buffer slot was overwritten by the point at "
+                    f"{self.kinds[p].dim} = {store.holder(k)}")
         raise RuntimeFault(f"schedule check: tensor {self.pdg.rec(p).name!r} is read at point ({self._where(p, k)}) "
                            f"{what}, by {self.pdg.rec(n).name!r}")
 

@@ -11,10 +11,13 @@ else aliases the buffer.
 
 from __future__ import annotations
 
+import dataclasses
+
 import islpy as isl
 import numpy as np
+import sympy
 
-from ..ir.ops import Op, is_basis
+from ..ir.ops import Op, Slice, is_basis
 from ..ir.polyhedral import sample, stmt
 from .model import access_g
 
@@ -145,4 +148,131 @@ def donations(prog, pdg, analysis, problem, T, last: dict) -> dict:
             if when.is_equal(mine):
                 out[c] = e.pos
                 break
+    return out
+
+
+# -- storage kinds --------------------------------------------------------------------------
+
+STORAGE_MODES = ("default", "block", "points")
+
+
+@dataclasses.dataclass
+class Storage:
+    """How the points of one tensor are stored (nodes without an entry: a dict of points)."""
+
+    node: int
+    name: str
+    kind: str  # "block" | "circular" | "points"
+    pos: int = -1  # domain position of the dim the block runs along
+    dim: str = ""
+    lo: int = 0  # first index along that dim
+    length: int = 0  # block length (block) or slots (circular)
+    shape: tuple = ()
+    dtype: str = ""
+    why: str = ""
+
+    def header(self) -> str:
+        head = f"store S{self.node} {self.name!r}: "
+        if self.kind == "block":
+            return head + f"block along {self.dim} ({self.length} x {self.shape}) {self.dtype}"
+        if self.kind == "circular":
+            return head + f"circular along {self.dim}, {self.length} slots x {self.shape} {self.dtype}"
+        return head + "points" + (f" ({self.why})" if self.why else "")
+
+
+def _bounds_of(e):
+    """Candidate bounds of a slice end: the args of a min/max, else the end itself."""
+    e = sympy.sympify(e)
+    return list(e.args) if isinstance(e, (sympy.Min, sympy.Max)) else [e]
+
+
+def _windowed(sl) -> bool:
+    """A slice whose length is at most a constant (``t:t+n``, ``t-n:t``, ``t:min(t+n, T)``)."""
+    return any((u - lo).is_Integer for u in _bounds_of(sl.stop) for lo in _bounds_of(sl.start))
+
+
+def _slots(problem, analysis, p, pos, T, frees: dict, last: dict):
+    """Least ring size so no point of ``p`` is written while a point ``pos``-distance k away
+    (same other coordinates) is still live, with k >= size: the max over pairs ``x -> y``
+    with ``W(x) <= W(y) <= F(x)`` of ``|y - x|`` along ``pos``, plus one. None if unbounded."""
+    gname = stmt(problem.of[p])
+    W = T.intersect_domain(isl.UnionSet.from_set(analysis.demand[p].set_tuple_name(gname)))
+    W = _renamed_domain(W, "X")
+    F = _renamed_domain(frees[p] if p in frees else isl.UnionMap.from_map(last[p]), "X")
+    before = W.lex_le_union_map(W)  # x -> y: y written no earlier than x
+    during = W.lex_le_union_map(F).reverse()  # x -> y: y written no later than x's free
+    C = before.intersect(during)
+    if C.is_empty():
+        return 1
+    d = isl.Set.from_union_set(C.deltas()).intersect_params(problem.ctx)
+    for k in range(d.dim(isl.dim_type.set)):
+        if k != pos:
+            d = d.fix_val(isl.dim_type.set, k, 0)
+    if d.is_empty():
+        return 1
+    hi, lo = d.dim_max_val(pos), d.dim_min_val(pos)
+    if not (hi.is_int() and lo.is_int()):
+        return None
+    return max(hi.to_python(), -lo.to_python()) + 1
+
+
+def _renamed_domain(um, name):
+    maps = []
+    um.foreach_map(lambda m: maps.append(m.set_tuple_name(isl.dim_type.in_, name)))
+    out = isl.UnionMap.from_map(maps[0])
+    for m in maps[1:]:
+        out = out.union(isl.UnionMap.from_map(m))
+    return out
+
+
+def storage_kinds(prog, pdg, analysis, problem, T, last: dict, free_stmts: list, mode="default") -> dict:
+    """node -> :class:`Storage` for every stored node read by slices.
+
+    Slices along one dim ``d`` (every slice read of the node slices the same dim, no
+    other): a block store along ``d``, or, when every slice has a constant length and
+    the schedule never holds points further apart than the ring along ``d`` (computed
+    with isl from write and free times), a circular buffer of that many slots. Mode
+    ``"block"`` never picks a ring, ``"points"`` keeps every node a point store (the
+    alternatives ``memory_budget`` tries).
+    """
+    frees = {}
+    for m in free_stmts:
+        p = int(m.get_tuple_name(isl.dim_type.in_)[1:])
+        u = isl.UnionMap.from_map(m)
+        frees[p] = u if p not in frees else frees[p].union(u)
+    out = {}
+    for p in problem.of:
+        node = pdg.rec(p)
+        slices = [(e.index, c) for c, e in pdg.consumers(p) if c in problem.of
+                  and pdg.rec(c).op in (Op.ACCESS, Op.MERGE) and any(isinstance(x, Slice) for x in e.index)]
+        if not slices:
+            continue
+        st = Storage(p, node.name, "points")
+        out[p] = st
+        dims = {k for idx, _ in slices for k, x in enumerate(idx) if isinstance(x, Slice)}
+        if mode == "points":
+            st.why = "alternative tried for memory_budget"
+            continue
+        if node.op is Op.SINK or len(node.shapes) != 1 or not all(isinstance(s, int) for s in node.shape):
+            st.why = "outputs of dynamic shape or several outputs"
+            continue
+        if len(dims) != 1:
+            st.why = "slices along several dims"
+            continue
+        if p not in last:
+            st.why = "never freed"
+            continue
+        (pos,) = dims
+        dem = analysis.demand[p].intersect_params(problem.ctx)
+        lo, hi = dem.dim_min_val(pos), dem.dim_max_val(pos)
+        if not (lo.is_int() and hi.is_int()):
+            st.why = "unbounded along the sliced dim"
+            continue
+        st.kind, st.pos, st.dim = "block", pos, node.domain[pos].name
+        st.lo, st.length = lo.to_python(), hi.to_python() - lo.to_python() + 1
+        st.shape, st.dtype = tuple(node.shape), str(np.dtype(node.dtype))
+        if mode == "default" and all(_windowed(idx[pos]) for idx, _ in slices):
+            n = _slots(problem, analysis, p, pos, T, frees, last)
+            if n is not None and n < st.length:
+                st.kind, st.length = "circular", n
     return out

@@ -1,0 +1,104 @@
+"""Tensor stores besides the dict of points: block stores and circular buffers.
+
+A :class:`BlockStore` keeps the points of a tensor along one dim ``d`` in one
+preallocated array per value of the other dims (``(length,) + shape``), written in
+place at each point; a slice read along ``d`` is a view of a contiguous range. With
+``ring=True`` it is a circular buffer: point ``x`` lives in slot ``(x_d - lo) % length``,
+the slot count computed at compile so that no live point is overwritten; its reads are
+copies (a slot is rewritten later).
+
+Byte accounting: ``put`` returns the bytes newly allocated (the whole block when it
+is created), ``free`` the bytes released (the whole block when its last live point is
+freed). In plan mode (``plan=True``) values are byte counts and no array exists.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class BlockStore:
+    __slots__ = ("pos", "lo", "length", "ring", "plan", "blocks", "shape", "dtype")
+
+    def __init__(self, pos, lo, length, shape, dtype, ring=False, plan=False):
+        self.pos, self.lo, self.length, self.ring, self.plan = pos, lo, length, ring, plan
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.blocks = {}  # other coordinates -> [array or None, live points, index held per slot, bytes]
+
+    def _at(self, k):
+        p = self.pos
+        i = k[p] - self.lo
+        return k[:p] + k[p + 1:], (i % self.length if self.ring else i)
+
+    def put(self, k, v) -> int:
+        ok, i = self._at(k)
+        b = self.blocks.get(ok)
+        added = 0
+        if b is None:
+            if self.plan:
+                arr, nb = None, self.length * v
+            else:
+                v = np.asarray(v)
+                arr = np.empty((self.length,) + v.shape, v.dtype)
+                nb = arr.nbytes
+            b = self.blocks[ok] = [arr, 0, [None] * self.length, nb]
+            added = nb
+        held = b[2]
+        if held[i] is None:
+            b[1] += 1
+        held[i] = k[self.pos]
+        if not self.plan:
+            b[0][i] = v
+        return added
+
+    def free(self, k) -> int:
+        ok, i = self._at(k)
+        b = self.blocks.get(ok)
+        if b is None or b[2][i] != k[self.pos]:
+            return 0
+        b[2][i] = None
+        b[1] -= 1
+        if b[1] == 0:
+            del self.blocks[ok]
+            return b[3]
+        return 0
+
+    def __contains__(self, k) -> bool:
+        ok, i = self._at(k)
+        b = self.blocks.get(ok)
+        return b is not None and 0 <= i < self.length and b[2][i] == k[self.pos]
+
+    def holder(self, k):
+        """The other point (index along the dim) now held in ``k``'s slot, or None."""
+        ok, i = self._at(k)
+        b = self.blocks.get(ok)
+        if b is None or not 0 <= i < self.length or b[2][i] in (None, k[self.pos]):
+            return None
+        return b[2][i]
+
+    def __getitem__(self, k):
+        ok, i = self._at(k)
+        v = self.blocks[ok][0][i]
+        return v.copy() if self.ring else v
+
+    def gather(self, ent):
+        """The points ``ent`` covers (ints, and one ``range`` along the block's dim), stacked."""
+        r = ent[self.pos]
+        ok = ent[:self.pos] + ent[self.pos + 1:]
+        n = len(r)
+        if n == 0:
+            return np.zeros((0,) + self.shape, self.dtype)
+        arr = self.blocks[ok][0]
+        a = r.start - self.lo
+        if not self.ring:
+            return arr[a:a + n]
+        a %= self.length
+        if a + n <= self.length:
+            return arr[a:a + n].copy()
+        return np.concatenate((arr[a:], arr[:a + n - self.length]))
+
+    def clear(self):
+        self.blocks.clear()
+
+    def __len__(self):
+        return len(self.blocks)
