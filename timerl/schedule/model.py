@@ -109,6 +109,14 @@ def make_groups(pdg, analysis, enabled=True) -> tuple[list, dict]:
         return False
 
     if enabled:
+        # scalar sources (constants, scalar data: no dims, no live inputs) form one statement:
+        # nothing they read can depend on anything, so joining them never closes a cycle, and
+        # dozens of one-point statements otherwise dominate isl's AST generation
+        src = [n for n in live if not pdg.rec(n).domain and pdg.rec(n).op not in _ALONE
+               and not any(p in parent for p, _ in pdg.inputs(n))]
+        for n in src[1:]:
+            parent[n] = src[0]
+            group_of[src[0]] |= group_of.pop(n)
         for c in live:
             if pdg.rec(c).op in _ALONE:
                 continue
