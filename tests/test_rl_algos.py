@@ -49,6 +49,7 @@ def test_ppo_runs_and_logs():
         assert 0 < r["entropy"] <= math.log(2) + 1e-5
 
 
+@pytest.mark.slow
 def test_ppo_continuous_trivial_runs():
     exe = tl.rl.ppo(env="trivial", obs_shape=(2, 2), num_envs=2, num_steps=8, total_steps=32, epochs=1,
                     minibatches=2, backend=BACKEND)
