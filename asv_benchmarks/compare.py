@@ -150,21 +150,14 @@ def machine():
             mem = f"{int(f.readline().split()[1]) / 2**20:.0f} GiB RAM"
     except (OSError, ValueError, IndexError):
         pass
-    import numpy
+    from importlib import metadata  # not imports: a child's ru_maxrss starts at its parent's RSS
 
-    vers = [f"Python {platform.python_version()}", f"numpy {numpy.__version__}"]
-    try:
-        import torch
-
-        vers.append(f"torch {torch.__version__}")
-    except ImportError:
-        vers.append("torch not installed")
-    try:
-        import numba
-
-        vers.append(f"numba {numba.__version__}")
-    except ImportError:
-        pass
+    vers = [f"Python {platform.python_version()}"]
+    for pkg in ("numpy", "torch", "numba"):
+        try:
+            vers.append(f"{pkg} {metadata.version(pkg)}")
+        except metadata.PackageNotFoundError:
+            vers.append(f"{pkg} not installed")
     return f"{cpu}, {os.cpu_count()} logical cores, {mem}, {platform.system()} {platform.release()}; " + ", ".join(vers)
 
 
@@ -176,7 +169,7 @@ def _fmt(v, kind):
     if kind == "mb":
         return f"{v / 2**20:,.1f}"
     if kind == "ratio":
-        return f"{v:.2f}x"
+        return f"{v:.3g}x"
     return f"{v:.3g}"
 
 
@@ -281,12 +274,12 @@ def plots(cfgs, summ, out_dir, suffix=""):
         fig, axes = plt.subplots(1, 2, figsize=(10, 4))
         for sys_ in SYSTEMS:
             pts = [(xs(cfgs[k]), summ.get((k, sys_), {})) for k in idx]
-            for ax, metric, scale in ((axes[0], "env_steps_per_s", 1), (axes[1], "peak_bytes", 2**20)):
+            for ax, metric, scale in ((axes[0], "cpu_env_steps_per_s", 1), (axes[1], "peak_bytes", 2**20)):
                 p = [(x, d[metric] / scale) for x, d in pts if d.get(metric) is not None]
                 if p:
                     ax.plot([str(x) for x, _ in p] if not key else [x for x, _ in p], [y for _, y in p],
                             marker="o", label=sys_)
-        axes[0].set_ylabel("env-steps/s")
+        axes[0].set_ylabel("env-steps/s (per second of process CPU time)")
         axes[1].set_ylabel("peak live tensor MiB")
         for ax in axes:
             ax.set_xlabel(xlabel)
