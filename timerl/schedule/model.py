@@ -59,7 +59,52 @@ def _shifted(pdg, p, e) -> frozenset:
     return frozenset(out)
 
 
-def make_groups(pdg, analysis, enabled=True) -> tuple[list, dict]:
+def _join_siblings(pdg, analysis, live, parent, find, group_of, tag, creates_cycle):
+    """Join groups that no edge connects but that run at the same points (the per-parameter
+    merges, snapshots and optimizer states of an RL program): same dims, equal demand, the
+    same recurrence (or none for both: a recurrent group joined with one outside it can tie
+    points that need different orders), no edge between them, and no chain of reads between
+    them through another group at one point. No UDF joins (their state order is per node)."""
+    edges = {}
+    for n in live:
+        for q, _ in pdg.inputs(n):
+            if q in parent and q != n:
+                edges.setdefault(n, set()).add(q)
+                edges.setdefault(q, set()).add(n)
+    buckets = {}
+    for r in sorted(group_of):
+        if any(pdg.rec(n).op is Op.UDF for n in group_of[r]):
+            continue
+        buckets.setdefault(tuple(d.name for d in pdg.rec(r).domain), []).append(r)
+    for roots in buckets.values():
+        reps = []  # groups formed so far in this bucket
+        for r in roots:
+            dr = _renamed(analysis.demand[r], "X")
+            for a in reps:
+                a = find(a)
+                if a == r:
+                    break
+                ta, tr = tag.get(a), tag.get(r)
+                if ta != tr:
+                    continue
+                if not _renamed(analysis.demand[a], "X").is_equal(dr):
+                    continue
+                if any(edges.get(n, set()) & group_of[a] for n in group_of[r]):
+                    continue
+                if creates_cycle(a, r):
+                    continue
+                lo, hi = min(a, r), max(a, r)
+                parent[hi] = lo
+                group_of[lo] |= group_of.pop(hi)
+                if tag.get(lo) is None:
+                    tag[lo] = tag.get(hi)
+                r = lo
+                reps = [x for x in reps if find(x) != lo]
+                break
+            reps.append(r)
+
+
+def make_groups(pdg, analysis, enabled=True, siblings=True) -> tuple[list, dict]:
     """Groups of live nodes and the map node -> group id."""
     live = [n for n in analysis.live if not analysis.demand[n].is_empty()]
     parent = {n: n for n in live}
@@ -138,6 +183,8 @@ def make_groups(pdg, analysis, enabled=True) -> tuple[list, dict]:
                     group_of[lo] |= group_of.pop(hi)
                     if tag.get(lo) is None and tag.get(hi) is not None:
                         tag[lo] = tag[hi]
+        if siblings:
+            _join_siblings(pdg, analysis, live, parent, find, group_of, tag, creates_cycle)
     members = {}
     for n in live:
         members.setdefault(find(n), []).append(n)
@@ -153,7 +200,7 @@ def make_groups(pdg, analysis, enabled=True) -> tuple[list, dict]:
             try:
                 order = list(nx.lexicographical_topological_sort(g))
             except nx.NetworkXUnfeasible:
-                return make_groups(pdg, analysis, enabled=False)
+                return make_groups(pdg, analysis, enabled=siblings and enabled, siblings=False)
         else:
             order = ms
         groups.append(Group(gid, order, pdg.rec(gid).domain))
@@ -183,10 +230,12 @@ class Problem:
     domain: isl.UnionSet  # of the group statements
     deps: isl.UnionMap | None  # producer instance -> consumer instance
     ctx: isl.Set
+    # builds the problem with finer groups (no sibling joins), tried when this one has no schedule
+    fallback: object = None
 
 
-def build_problem(prog, pdg, analysis, grouping=True) -> Problem:
-    groups, of = make_groups(pdg, analysis, grouping)
+def build_problem(prog, pdg, analysis, grouping=True, siblings=True) -> Problem:
+    groups, of = make_groups(pdg, analysis, grouping, siblings)
     byid = {g.gid: g for g in groups}
     dom = _union([_renamed(analysis.demand[g.gid], g.name) for g in groups], isl.UnionSet)
     deps = []
@@ -202,7 +251,8 @@ def build_problem(prog, pdg, analysis, grouping=True) -> Problem:
                 if not a.is_empty():
                     deps.append(a.reverse())
     deps += _state_deps(prog, pdg, analysis, of, byid)
-    return Problem(groups, of, dom, _union(deps, isl.UnionMap) if deps else None, analysis.model.ctx)
+    fb = (lambda: build_problem(prog, pdg, analysis, grouping, siblings=False)) if grouping and siblings else None
+    return Problem(groups, of, dom, _union(deps, isl.UnionMap) if deps else None, analysis.model.ctx, fb)
 
 
 def _full(prog, node, pre):
@@ -272,6 +322,12 @@ def compute_schedule(prog, pdg, problem: Problem, variant="default") -> isl.Sche
         for opt, val in saved:
             getattr(ctx, f"set_{opt}")(val)
     if sched is None or sched.get_domain().is_empty() and not problem.domain.is_empty():
+        if problem.fallback is not None:
+            # sibling joins tied together statements that need different orders: finer groups
+            finer = problem.fallback()
+            for f in dataclasses.fields(Problem):
+                setattr(problem, f.name, getattr(finer, f.name))
+            return compute_schedule(prog, pdg, problem, variant)
         raise CompileError(_unschedulable(pdg, problem))
     return sched
 
