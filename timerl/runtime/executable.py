@@ -19,7 +19,7 @@ from ..errors import CompileError
 from ..passes import run_passes
 from ..schedule import memory
 from ..schedule.model import build_problem, compute_schedule, time_map
-from ..schedule.tree import ScheduleTree, from_ast
+from ..schedule.tree import ScheduleTree, build_tree
 from .interpreter import Lowering
 
 VARIANTS = ("default", "serialize_sccs", "no_proximity")
@@ -67,13 +67,7 @@ class Plan:
         self.storage = storage
         self.kinds = memory.storage_kinds(*self._memory_args, mode=storage)
         t2 = time.perf_counter()
-        full = T
-        for f in frees:
-            full = full.union(isl.UnionMap.from_map(f))
-        build = isl.AstBuild.from_context(analysis.model.ctx)
-        ast = build.node_from_schedule_map(full)
-        params = {f"P_{k}": v for k, v in bounds.items()}
-        self.tree = from_ast(ast, params)
+        self.tree = build_tree(T, frees, analysis.model.ctx, bounds)
         self.schedule = Schedule(self.tree, self.problem.groups, pdg, self.donated, self.inline, kinds=self.kinds)
         t3 = time.perf_counter()
         self.variant, self.grouping = variant, grouping

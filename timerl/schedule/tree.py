@@ -69,18 +69,58 @@ def expr_py(e, params: dict) -> str:
     raise NotImplementedError(f"isl AST expression {op} is not supported by the schedule lowering")
 
 
-def from_ast(node, params: dict):
+def _batch_frees(frees: list) -> tuple[list, dict]:
+    """Free statements that run at exactly the same times (equal maps up to the statement
+    name and the trailing slot) become one AST statement ``B<k>`` that frees them all, in
+    their slot order; frees of different values at one time commute. isl's AST generation
+    grows steeply with statements, and an RL program frees ~100 values at a handful of
+    distinct times."""
+    buckets = {}  # key -> [(representative map, [free maps in slot order])]
+    for f in frees:
+        n = f.dim(isl.dim_type.out)
+        g = f.set_tuple_name(isl.dim_type.in_, "B").project_out(isl.dim_type.out, n - 1, 1)
+        for rep, ms in buckets.setdefault((str(g), f.dim(isl.dim_type.in_)), []):
+            if rep.is_equal(g):
+                ms.append(f)
+                break
+        else:
+            buckets[(str(g), f.dim(isl.dim_type.in_))].append((g, [f]))
+    maps, batches = [], {}
+    for entries in buckets.values():
+        for _, ms in entries:
+            if len(ms) == 1:
+                maps.append(ms[0])
+                continue
+            name = f"B{len(batches)}"
+            batches[name] = [int(m.get_tuple_name(isl.dim_type.in_)[1:]) for m in ms]
+            maps.append(ms[0].set_tuple_name(isl.dim_type.in_, name))
+    return maps, batches
+
+
+def build_tree(T: isl.UnionMap, frees: list, ctx: isl.Set, bounds: dict):
+    """isl's AST of the executions ``T`` and the free statements ``frees`` (maps
+    ``F<n>[x] -> time``), lowered to the schedule tree; bounds stay isl parameters fixed
+    by ``ctx`` and become their values in the tree."""
+    maps, batches = _batch_frees(frees)
+    full = T
+    for f in maps:
+        full = full.union(isl.UnionMap.from_map(f))
+    ast = isl.AstBuild.from_context(ctx).node_from_schedule_map(full)
+    return from_ast(ast, {f"P_{k}": v for k, v in bounds.items()}, batches)
+
+
+def from_ast(node, params: dict, batches: dict | None = None):
     """Walk isl's AST (for / if / block / user) into the schedule tree."""
     t = node.get_type()
     if t == _NT.block:
         ch = node.block_get_children()
-        return Seq([from_ast(ch.get_at(k), params) for k in range(ch.n_ast_node())])
+        return Seq([from_ast(ch.get_at(k), params, batches) for k in range(ch.n_ast_node())])
     if t == _NT.for_:
         it = expr_py(node.for_get_iterator(), params)
         init = expr_py(node.for_get_init(), params)
         inc = node.for_get_inc().get_val().to_python()
         cond = node.for_get_cond()
-        body = from_ast(node.for_get_body(), params)
+        body = from_ast(node.for_get_body(), params, batches)
         if cond.get_type() == isl.ast_expr_type.op and cond.get_op_type() in (_OP.le, _OP.lt):
             lhs = cond.get_op_arg(0)
             if lhs.get_type() == isl.ast_expr_type.id and expr_py(lhs, params) == it:
@@ -90,14 +130,16 @@ def from_ast(node, params: dict):
         return Loop(it, init, None, inc, body, cond=expr_py(cond, params))
     if t == _NT.if_:
         cond = expr_py(node.if_get_cond(), params)
-        other = from_ast(node.if_get_else_node(), params) if node.if_has_else_node() else None
-        return Guard(cond, from_ast(node.if_get_then_node(), params), other)
+        other = from_ast(node.if_get_else_node(), params, batches) if node.if_has_else_node() else None
+        return Guard(cond, from_ast(node.if_get_then_node(), params, batches), other)
     if t == _NT.mark:
-        return from_ast(node.mark_get_node(), params)
+        return from_ast(node.mark_get_node(), params, batches)
     if t == _NT.user:
         e = node.user_get_expr()
         name = e.get_op_arg(0).get_id().get_name()
         args = [expr_py(e.get_op_arg(k), params) for k in range(1, e.get_op_n_arg())]
+        if batches and name in batches:
+            return Seq([Call("free", n, list(args)) for n in batches[name]])
         return Call("exec" if name[0] == "S" else "free", int(name[1:]), args)
     raise NotImplementedError(f"isl AST node {t} is not supported by the schedule lowering")
 
