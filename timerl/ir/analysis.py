@@ -207,8 +207,9 @@ def _dim_map(model, pdg, c, p, d, rel) -> isl.Map:
     outs = [f"o{k}" for k in range(len(pd))]
     qv = f"d_{d.name}"
     rv = outs[[k for k, x in enumerate(pd) if x is d][0]]
-    return isl.Map(f"{params_decl_of(model)} -> {{ S{c}[{', '.join('d_' + x.name for x in cd)}] -> "
-                   f"S{p}[{', '.join(outs)}] : {qv} {rel} {rv} }}").intersect_params(model.ctx)
+    m = model.template(f"{{ S[{', '.join('d_' + x.name for x in cd)}] -> P[{', '.join(outs)}] : {qv} {rel} {rv} }}",
+                       isl.Map)
+    return m.set_tuple_name(isl.dim_type.in_, f"S{c}").set_tuple_name(isl.dim_type.out, f"S{p}")
 
 
 def params_decl_of(model):

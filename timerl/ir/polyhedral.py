@@ -51,6 +51,7 @@ class Model:
         self.prog, self.pdg = prog, pdg
         self.names = isl_names(prog)
         self.ctx = context(prog, bounds)
+        self._templates = {}
 
     # points ------------------------------------------------------------------------
     @functools.lru_cache(maxsize=None)
@@ -103,8 +104,17 @@ class Model:
         return cons
 
     def _set(self, n, cons) -> isl.Set:
-        s = isl.Set(f"{params_decl(self.prog)} -> {{ {self._tuple(n)} : {' and '.join(cons) or '0 = 0'} }}")
-        return s.intersect_params(self.ctx)
+        # parsed once per (dims, constraints) and renamed: many nodes share both
+        vs = ", ".join(var(d) for d in self.pdg.rec(n).domain)
+        return self.template(f"{{ S[{vs}] : {' and '.join(cons) or '0 = 0'} }}").set_tuple_name(stmt(n))
+
+    def template(self, body: str, cls=isl.Set):
+        """``body`` (an isl set or map over the program's parameters) parsed once, within the context."""
+        key = (body, cls)
+        out = self._templates.get(key)
+        if out is None:
+            out = self._templates[key] = cls(f"{params_decl(self.prog)} -> {body}").intersect_params(self.ctx)
+        return out
 
     @functools.lru_cache(maxsize=None)
     def points(self, n) -> isl.Set:
@@ -147,10 +157,9 @@ class Model:
                 cons.append(f"{to_isl(ent.start, self.names)} <= {o} < {to_isl(ent.stop, self.names)}")
             else:
                 cons.append(f"{o} = {to_isl(ent, self.names)}")
-        m = isl.Map(
-            f"{params_decl(self.prog)} -> {{ {self._tuple(c)} -> {stmt(p)}[{', '.join(outs)}] : "
-            f"{' and '.join(cons) or '0 = 0'} }}"
-        ).intersect_params(self.ctx)
+        vs = ", ".join(var(d) for d in self.pdg.rec(c).domain)
+        m = self.template(f"{{ S[{vs}] -> P[{', '.join(outs)}] : {' and '.join(cons) or '0 = 0'} }}", isl.Map)
+        m = m.set_tuple_name(isl.dim_type.in_, stmt(c)).set_tuple_name(isl.dim_type.out, stmt(p))
         dom = self.branch_domain(c, pos) if self.pdg.rec(c).op is Op.MERGE else self.points(c)
         return m.intersect_domain(dom)
 
