@@ -126,13 +126,14 @@ def make_groups(pdg, analysis, enabled=True, siblings=True) -> tuple[list, dict]
     # edges that may join two instances at the same point (all but constant shifts)
     sp = {n: [(q, _shifted(pdg, q, e)) for q, e in pdg.inputs(n) if q in parent] for n in live}
     group_of = {n: {n} for n in live}
+    succ_by_dims = {}  # the group's dims -> node -> inputs not shifted along them
 
     def creates_cycle(a, b):
         """Would joining groups a and b close a chain of reads at one of their points through
         another group? Reads shifted along one of the group's own dims cannot (conservative)."""
         both = group_of[a] | group_of[b]
-        dims = {d.name for d in pdg.rec(a).domain}
-        nxt = {}
+        dims = frozenset(d.name for d in pdg.rec(a).domain)
+        nxt = succ_by_dims.setdefault(dims, {})
 
         def succ(n):
             if n not in nxt:
