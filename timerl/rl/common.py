@@ -153,3 +153,17 @@ class History:
     def sink_fn(self):
         """For ``tl.sink([loss terms over (i,)], fn)``."""
         return lambda vals, point: self.record(point["i"], vals)
+
+
+def compile_algorithm(args_cls, check, build, callback, kwargs):
+    """Parse ``kwargs`` into ``args_cls``, build the program and compile it whole.
+
+    The executable carries ``exe.history`` (rows per iteration), ``exe.env``, ``exe.args``
+    and ``exe.program``.
+    """
+    args = make_args(args_cls, kwargs)
+    check(args)
+    prog, bounds, history = build(args, callback)
+    exe = prog.compile(bounds=bounds, backend=args.backend, seed=args.seed)
+    exe.history, exe.env, exe.args, exe.program = history, history.env, args, prog
+    return exe

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from .common import ArgError, CommonArgs, History, env_kwargs, iterations, make_args
+from .common import ArgError, CommonArgs, History, compile_algorithm, env_kwargs, iterations
 
 
 @dataclasses.dataclass
@@ -141,9 +141,4 @@ def ppo(callback=None, **kwargs):
 
     The executable carries ``exe.history`` (rows per iteration), ``exe.env`` and ``exe.args``.
     """
-    args = make_args(Args, kwargs)
-    check(args)
-    prog, bounds, history = build(args, callback)
-    exe = prog.compile(bounds=bounds, backend=args.backend, seed=args.seed)
-    exe.history, exe.env, exe.args, exe.program = history, history.env, args, prog
-    return exe
+    return compile_algorithm(Args, check, build, callback, kwargs)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from .common import ArgError, CommonArgs, History, env_kwargs, iterations, make_args, mlp_sizes
+from .common import ArgError, CommonArgs, History, compile_algorithm, env_kwargs, iterations, mlp_sizes
 
 
 @dataclasses.dataclass
@@ -90,9 +90,4 @@ def reinforce(callback=None, **kwargs):
 
     The executable carries ``exe.history`` (rows per iteration), ``exe.env`` and ``exe.args``.
     """
-    args = make_args(Args, kwargs)
-    check(args)
-    prog, bounds, history = build(args, callback)
-    exe = prog.compile(bounds=bounds, backend=args.backend, seed=args.seed)
-    exe.history, exe.env, exe.args, exe.program = history, history.env, args, prog
-    return exe
+    return compile_algorithm(Args, check, build, callback, kwargs)
