@@ -31,39 +31,27 @@ class _Syms:
     def __init__(self, prog):
         self.params = {param(b): b.e for b in prog.bounds}
 
-    def aff(self, aff, dims):
-        e = _val(aff.get_constant_val())
+    def _linear(self, x, dims, in_type, divs):
+        """Constant + dims + params + floor(divs) of an isl aff or constraint, in sympy."""
+        sp = x.get_space()
+        e = _val(x.get_constant_val())
         for k, d in enumerate(dims):
-            c = aff.get_coefficient_val(DT.in_, k)
-            if not c.is_zero():
-                e += _val(c) * d.e
-        sp = aff.get_space()
+            e += _val(x.get_coefficient_val(in_type, k)) * d.e
         for k in range(sp.dim(DT.param)):
-            c = aff.get_coefficient_val(DT.param, k)
+            e += _val(x.get_coefficient_val(DT.param, k)) * self.params[sp.get_dim_name(DT.param, k)]
+        for k, div in enumerate(divs):
+            c = x.get_coefficient_val(DT.div, k)
             if not c.is_zero():
-                e += _val(c) * self.params[sp.get_dim_name(DT.param, k)]
-        for k in range(aff.dim(DT.div)):
-            c = aff.get_coefficient_val(DT.div, k)
-            if not c.is_zero():
-                e += _val(c) * sympy.floor(self.aff(aff.get_div(k), dims))
+                e += _val(c) * sympy.floor(self.aff(div, dims))
+        return e
+
+    def aff(self, aff, dims):
+        e = self._linear(aff, dims, DT.in_, [aff.get_div(k) for k in range(aff.dim(DT.div))])
         return sympy.simplify(e) if e.has(sympy.floor) else sympy.expand(e)
 
     def constraint(self, c, dims):
-        e = _val(c.get_constant_val())
-        for k, d in enumerate(dims):
-            v = c.get_coefficient_val(DT.set, k)
-            if not v.is_zero():
-                e += _val(v) * d.e
-        sp = c.get_space()
-        for k in range(sp.dim(DT.param)):
-            v = c.get_coefficient_val(DT.param, k)
-            if not v.is_zero():
-                e += _val(v) * self.params[sp.get_dim_name(DT.param, k)]
         ls = c.get_local_space()
-        for k in range(ls.dim(DT.div)):
-            v = c.get_coefficient_val(DT.div, k)
-            if not v.is_zero():
-                e += _val(v) * sympy.floor(self.aff(ls.get_div(k), dims))
+        e = self._linear(c, dims, DT.set, [ls.get_div(k) for k in range(ls.dim(DT.div))])
         return sympy.Eq(e, 0) if c.is_equality() else sympy.Ge(e, 0)
 
     def cond(self, s, dims):
