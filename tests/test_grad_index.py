@@ -56,15 +56,10 @@ def _ph(prog, x, i, t, value, first=False, last=False):
     return wsum(y)
 
 
-# the numpy backend runs one pattern of each kind (compiling is its cost); the reference all
-NUMPY_SUBSET = {"t-1", "t+1", "const_first", "const_slice", "prefix", "suffix", "window", "across_i"}
-
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", list(PATTERNS))
 def test_pattern(name, backend):
-    if backend != "reference" and name not in NUMPY_SUBSET:
-        pytest.skip(f"{name} runs on the reference backend only (compile time)")
     def build(prog, xs):
         i, t = prog.dims
         I, T = prog.bounds
