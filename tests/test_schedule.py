@@ -1,5 +1,6 @@
 """The isl schedule and its memory plan: loop directions, frees, peak memory, budget."""
 
+import islpy as tl_isl
 import numpy as np
 import pytest
 
@@ -175,3 +176,67 @@ def test_numba_fuses_an_elementwise_chain_into_one_kernel():
     assert exe.stats["kernels"] == 1 and "numba.njit" in next(iter(exe.plan.kernels.values()))
     for k in range(4):
         assert np.allclose(out[k], np.tanh(x[k] * 2 + 1) - 3, rtol=1e-6)
+
+
+def _iterated_returns_prog():
+    """An RL-shaped loop: per iteration i a rollout over t, returns backwards in t, a param update."""
+    prog = tl.Program("i t")
+    (i, t), (I, T) = prog.dims, prog.bounds
+    r = np.linspace(0.1, 1.0, 5 * 6, dtype="float32").reshape(5, 6)
+    with prog:
+        p = tl.placeholder((), "float32", (i,), name="p")
+        p[0] = tl.const(1.0)
+        rew = tl.tensor(r, (i, t), name="rew") * p[i]
+        g = tl.placeholder((), "float32", (i, t), name="g")
+        g[i, T - 1] = rew
+        g[i, t] = rew + 0.5 * g[i, t + 1]
+        p[i + 1] = p[i] - 0.1 * g[i, 0]
+        out = {}
+        tl.sink(p, lambda v, pt: out.__setitem__(int(next(iter(pt.values()))), float(v)))
+    return prog, r, out
+
+
+def test_outer_iteration_loop_is_fixed_and_isl_schedules_one_iteration():
+    prog, r, out = _iterated_returns_prog()
+    exe = prog.compile({"I": 5, "T": 6}, backend="numpy")
+    exe.run()
+    assert exe.plan.problem.split  # iteration dim fixed outside, isl scheduled one iteration
+    p, want = np.float32(1.0), {}
+    for k in range(5):  # numpy loop
+        want[k] = float(p)
+        acc = np.float32(0)
+        for tt in reversed(range(6)):
+            acc = r[k, tt] * p + np.float32(0.5) * acc
+        p = p - np.float32(0.1) * acc
+    assert sorted(out) == sorted(want)
+    assert np.allclose([out[k] for k in sorted(out)], [want[k] for k in sorted(want)], rtol=1e-5)
+    # the schedule's outermost dim is the iteration for every statement with an i dim
+    sm = exe.plan.isl_schedule.get_map().intersect_domain(exe.plan.problem.domain)
+    names = {g.name: [d.name for d in g.domain] for g in exe.plan.problem.groups}
+
+    maps = []
+    sm.foreach_map(maps.append)
+    looped = 0
+    for m in maps:
+        dims = names[m.get_tuple_name(tl_isl.dim_type.in_)]
+        if "i" in dims and m.domain().dim_max_val(dims.index("i")).to_python() > 0:
+            k, looped = dims.index("i"), looped + 1
+            for x in range(m.domain().dim_max_val(k).to_python() + 1):
+                rng = m.intersect_domain(m.domain().fix_val(tl_isl.dim_type.set, k, x)).range()
+                if not rng.is_empty():
+                    assert rng.dim_min_val(0).to_python() == rng.dim_max_val(0).to_python() == x
+    assert looped >= 2
+
+
+def test_backward_outer_dim_falls_back_to_isl_on_the_whole_problem():
+    prog = tl.Program("t")
+    (t,), (T,) = prog.dims, prog.bounds
+    with prog:
+        rt = tl.tensor(np.arange(1, 6, dtype="float32"), (t,), name="r")
+        g = tl.placeholder((), "float32", (t,), name="g")
+        g[T - 1] = rt
+        g[t] = rt + 0.5 * g[t + 1]
+        tl.sink(g, lambda v, p: None)
+    exe = prog.compile({"T": 5}, backend="numpy")
+    exe.run()
+    assert not exe.plan.problem.split  # g[t] reads g[t + 1]: the outer dim runs backwards
