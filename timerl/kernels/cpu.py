@@ -4,7 +4,7 @@ A *chain* is a run of UNARY/BINARY ops of one group (same domain, same point) wi
 one static shape and one float dtype, whose operands are chain members, full arrays
 of that shape, or 0-d values. It becomes one loop over the flat elements, rendered as
 Python source, written under ``config.cache_dir`` (named by the hash of the source)
-and compiled with ``numba.njit(cache=True)``; the outputs are the members read outside
+and compiled with ``numba.njit(cache=True, error_model="numpy")`` (IEEE results like numpy's, e.g. x / 0 = inf, never a Python ZeroDivisionError); the outputs are the members read outside
 the chain.
 """
 
@@ -88,7 +88,7 @@ def render(pdg, chain, outputs) -> tuple[str, list]:
         body.append(f"        t{n} = np.{dt}({EXPR[pdg.rec(n).attrs['fn']].format(*args)})")
     params = ", ".join([f"x{k}" for k in range(len(ext))] + ["n"])
     src = ["import numpy as np", "import numba", "", f"Z = np.{dt}(0)", "",
-           "@numba.njit(cache=True, fastmath=False)", f"def kernel({params}):"]
+           "@numba.njit(cache=True, fastmath=False, error_model=\"numpy\")", f"def kernel({params}):"]
     for k, (_, _, scalar) in enumerate(ext):
         if scalar:
             src.append(f"    x{k} = np.{dt}(x{k})")
