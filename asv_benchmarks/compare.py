@@ -21,12 +21,14 @@ vs observation size, vs hidden width, and REINFORCE Monte-Carlo vs n-step peak m
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import platform
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 from asv_benchmarks.baselines import pin_threads
@@ -90,7 +92,8 @@ def command(system, cfg, iterations, memory=True, backend=None):
             + ([] if memory else ["--no-memory"]))
 
 
-def run_one(system, cfg, iterations, memory, timeout, timerl_threads=None, backend=None):
+def run_one(system, cfg, iterations, memory, timeout, timerl_threads=None, backend=None, core=None):
+    """One measurement in a fresh process; ``core``: pin the process to that CPU (``--jobs``)."""
     env = pin_threads(dict(os.environ))
     if system == "timerl" and timerl_threads:
         env["NUMBA_NUM_THREADS"] = env["OMP_NUM_THREADS"] = str(timerl_threads)
@@ -98,7 +101,9 @@ def run_one(system, cfg, iterations, memory, timeout, timerl_threads=None, backe
     cmd = command(system, cfg, iterations, memory, backend)
     t0 = time.perf_counter()
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+        pin = (lambda: os.sched_setaffinity(0, {core})) if core is not None else None
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT,
+                           preexec_fn=pin)
     except subprocess.TimeoutExpired:
         return {"error": f"timeout after {timeout}s", "cmd": " ".join(cmd)}
     wall = time.perf_counter() - t0
@@ -344,6 +349,9 @@ def main(argv=None):
                                                  "ppo_hidden, ppo_obs, reinforce_T)")
     ap.add_argument("--backend", default=None, help="timerl backend (default: timerl's default)")
     ap.add_argument("--timerl-threads", type=int, default=None, help="threads for timerl (default 1)")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="measurements run at once, each pinned to its own CPU core (default 1; use only on "
+                         "an otherwise idle machine: the runs then share memory bandwidth and caches)")
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--out", default=os.path.join(ROOT, "asv_benchmarks", "results"))
     ap.add_argument("--from-json", default=None, help="re-render the table and plots from a compare.json")
@@ -372,25 +380,43 @@ def main(argv=None):
         partial = os.path.join(ns.out, f"compare{suffix}.partial.json")  # re-render with --from-json if cut short
         meta_partial = {"machine": machine(), "method": f"partial: {reps} repetitions planned", "date":
                         time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "quick": ns.quick}
-        for r in range(reps):
-            for k, cfg in enumerate(cfgs):
-                order = systems[r % len(systems):] + systems[:r % len(systems)]
-                for sys_ in order:
-                    # peak_bytes is deterministic per system: the baselines' instrumented pass runs in rep 0
-                    res = run_one(sys_, cfg, iters, memory=(r == 0), timeout=ns.timeout,
-                                  timerl_threads=ns.timerl_threads, backend=ns.backend)
-                    res.update(rep=r, cfg=k, system_=sys_)
-                    runs.append(res)
-                    msg = res.get("error") or f"{res['env_steps_per_s']:,.0f} steps/s"
-                    print(f"[rep {r} {time.perf_counter() - t_start:7.1f}s] {_label(cfg)} / {sys_}: {msg}",
-                          flush=True)
-                    with open(partial, "w") as f:
-                        json.dump({"meta": meta_partial, "configurations": cfgs, "runs": runs}, f, default=list)
+        # interleaved order: repetition r runs every configuration, systems rotated by r
+        tasks = [(r, k, sys_) for r in range(reps) for k in range(len(cfgs))
+                 for sys_ in systems[r % len(systems):] + systems[:r % len(systems)]]
+        cores = sorted(os.sched_getaffinity(0))[:ns.jobs] if ns.jobs > 1 else [None]
+        if ns.jobs > len(cores):
+            raise SystemExit(f"--jobs {ns.jobs}: only {len(cores)} CPUs are available to this process")
+        free, lock = list(cores), threading.Lock()
+
+        def measure(task):
+            r, k, sys_ = task
+            with lock:
+                core = free.pop()
+            try:  # peak_bytes is deterministic per system: the baselines' instrumented pass runs in rep 0
+                res = run_one(sys_, cfgs[k], iters, memory=(r == 0), timeout=ns.timeout,
+                              timerl_threads=ns.timerl_threads, backend=ns.backend, core=core)
+            finally:
+                with lock:
+                    free.append(core)
+            res.update(rep=r, cfg=k, system_=sys_)
+            with lock:
+                runs.append(res)
+                msg = res.get("error") or f"{res['env_steps_per_s']:,.0f} steps/s"
+                print(f"[rep {r} {time.perf_counter() - t_start:7.1f}s] {_label(cfgs[k])} / {sys_}: {msg}",
+                      flush=True)
+                with open(partial, "w") as f:
+                    json.dump({"meta": meta_partial, "configurations": cfgs, "runs": runs}, f, default=list)
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(cores)) as pool:
+            list(pool.map(measure, tasks))
+        runs.sort(key=lambda res: (res["rep"], res["cfg"], SYSTEMS.index(res["system_"])))
         meta = {
             "machine": machine(),
             "method": (f"{reps} interleaved repetitions x {iters} iterations per run, each run a fresh process; "
                        "steps/s = num_envs x num_steps / median seconds of iterations 2..N; medians over "
                        "repetitions; all systems pinned to one thread"
+                       + (f"; {ns.jobs} measurements at once, each process pinned to its own core"
+                          if ns.jobs > 1 else "")
                        + (f" (timerl: {ns.timerl_threads})" if ns.timerl_threads else "")
                        + "; timerl backend: " + (ns.backend or "default") + "; baseline peak bytes measured "
                        "in repetition 0 (instrumented pass over construction + 2 iterations)."),
