@@ -172,10 +172,32 @@ def test_numba_fuses_an_elementwise_chain_into_one_kernel():
         xt = tl.tensor(x, (t,), name="x")
         tl.sink(tl.tanh(xt * 2.0 + 1.0) - 3.0, lambda v, p: out.__setitem__(p["t"], v.copy()))
     exe = prog.compile({"T": 4}, backend="numba", check=True)
+    src = next(iter(exe.plan.kernels.values()))
+    assert exe.stats["kernels"] == 1 and "numba.njit" in src
+    from timerl.kernels import cpu
+
+    assert cpu.load(src).signatures  # compiled at compile time, not at the first call
     exe.run()
-    assert exe.stats["kernels"] == 1 and "numba.njit" in next(iter(exe.plan.kernels.values()))
     for k in range(4):
         assert np.allclose(out[k], np.tanh(x[k] * 2 + 1) - 3, rtol=1e-6)
+
+
+def test_numba_kernel_divides_by_zero_like_numpy():
+    prog = tl.Program("t")
+    (t,), (T,) = prog.dims, prog.bounds
+    x = np.array([[1.0, -1.0, 0.0], [2.0, 0.5, 0.0]], dtype="float32")
+    d = np.array([[0.0, 0.0, 0.0], [4.0, 2.0, 1.0]], dtype="float32")
+    out = {}
+    with prog:
+        xt, dt = tl.tensor(x, (t,), name="x"), tl.tensor(d, (t,), name="d")
+        tl.sink((xt + 0.0) / (dt * 1.0), lambda v, p: out.__setitem__(p["t"], v.copy()))
+    exe = prog.compile({"T": 2}, backend="numba")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        exe.run()
+        want = x / d
+    assert exe.stats["kernels"] == 1
+    for k in range(2):
+        np.testing.assert_array_equal(out[k], want[k])  # inf, -inf, nan where numpy has them
 
 
 def _iterated_returns_prog():

@@ -87,7 +87,9 @@ def render(pdg, chain, outputs) -> tuple[str, list]:
             args.append(f"x{k}" if ext[k][2] else f"x{k}[j]")
         body.append(f"        t{n} = np.{dt}({EXPR[pdg.rec(n).attrs['fn']].format(*args)})")
     params = ", ".join([f"x{k}" for k in range(len(ext))] + ["n"])
-    src = ["import numpy as np", "import numba", "", f"Z = np.{dt}(0)", "",
+    # the types the interpreter passes: flat C-contiguous arrays, Python floats, an int length
+    sig = "(" + ", ".join("float64" if scalar else f"{dt}[::1]" for _, _, scalar in ext) + ", int64)"
+    src = ["import numpy as np", "import numba", "", f"Z = np.{dt}(0)", f"SIG = {sig!r}", "",
            "@numba.njit(cache=True, fastmath=False, error_model=\"numpy\")", f"def kernel({params}):"]
     for k, (_, _, scalar) in enumerate(ext):
         if scalar:
@@ -120,5 +122,8 @@ def load(src: str):
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # numba's cache pickles refer to the module by name
     spec.loader.exec_module(mod)
+    # compile (or load from the cache) now, at compile time, not at the first call mid-run;
+    # other argument types still dispatch lazily
+    mod.kernel.compile(mod.SIG)
     _loaded[h] = mod.kernel
     return mod.kernel
