@@ -332,7 +332,11 @@ def update_readme(md, readme, table_path):
         text = f.read()
     if BEGIN not in text or END not in text:
         raise SystemExit(f"{readme} has no performance markers ({BEGIN} ... {END})")
-    body = md.split("\n", 2)[2].replace("## ", "#### ")
+    body = md.split("\n", 2)[2]
+    cut, rest = body.find("The same throughput from process CPU time"), body.find("## Where timerl is slower")
+    if 0 <= cut < rest:  # README keeps the main table; the CPU-time and RSS tables stay in the file
+        body = body[:cut] + f"CPU-time throughput, peak RSS and seconds per iteration: `{table_path}`.\n\n" + body[rest:]
+    body = body.replace("## ", "#### ")
     block = f"{BEGIN}\nFrom `{table_path}` (regenerate: `python -m asv_benchmarks.compare --readme`).\n\n{body}{END}"
     head, rest = text.split(BEGIN, 1)
     with open(readme, "w") as f:
