@@ -86,8 +86,9 @@ def _argv(cfg):
 
 def command(system, cfg, iterations, memory=True, backend=None):
     tail = _argv(cfg) + ["--iterations", str(iterations), "--json"]
-    if system == "timerl":
-        return [sys.executable, "-m", "timerl", "bench"] + tail + (["--backend", backend] if backend else [])
+    if system == "timerl":  # --traced-memory: a second, untimed run under tracemalloc (like the numpy baseline)
+        return ([sys.executable, "-m", "timerl", "bench"] + tail + (["--backend", backend] if backend else [])
+                + (["--traced-memory"] if memory else []))
     return ([sys.executable, "-m", f"asv_benchmarks.baselines.{system}_eager"] + tail
             + ([] if memory else ["--no-memory"]))
 
@@ -128,13 +129,15 @@ def summarize(runs_by_key):
     """{(cfg index, system): [runs]} -> {(cfg index, system): medians or error}."""
     out = {}
     for key, runs in runs_by_key.items():
-        ok = [r for r in runs if "error" not in r]
+        extra = [r for r in runs if "error" not in r and r.get("extra")]  # --traced-pass runs: memory only
+        ok = [r for r in runs if "error" not in r and not r.get("extra")]
         if not ok:
             out[key] = {"error": runs[0]["error"] if runs else "not run"}
             continue
         out[key] = {k: _median(ok, k) for k in ("s_per_iter", "env_steps_per_s", "peak_bytes", "peak_rss_mb",
                                                   "compile_s", "first_iter_s", "cpu_s_per_iter",
                                                   "cpu_env_steps_per_s")}
+        out[key]["traced_peak_bytes"] = _median(ok + extra, "traced_peak_bytes")
         out[key]["reps"] = len(ok)
     return out
 
@@ -206,9 +209,14 @@ def table(cfgs, summ, meta):
         "each system's own accounting: timerl `exe.stats['peak_bytes']`, torch storage bytes via "
         "a dispatch mode, numpy tracemalloc). Ratios are timerl / baseline: above 1x timerl is "
         "faster (steps/s) or uses MORE memory (bytes).", "",
+        "`timerl traced MiB` is timerl's peak measured with the numpy baseline's instrument (tracemalloc "
+        "over a second, untimed run): the runtime's accounting counts every stored array at its "
+        "`nbytes`, views and broadcasts included, so it overstates the real buffers. The memory ratios "
+        "use the traced figure (PyTorch's count is of real storages too).", "",
         "| configuration | timerl steps/s | numpy steps/s | torch steps/s | vs numpy | vs torch "
-        "| timerl MiB | numpy MiB | torch MiB | mem vs numpy | mem vs torch | timerl compile s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| timerl MiB | timerl traced MiB | numpy MiB | torch MiB | traced vs numpy | traced vs torch "
+        "| timerl compile s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     errors = []
     for k, cfg in enumerate(cfgs):
@@ -220,8 +228,10 @@ def table(cfgs, summ, meta):
         row = [_label(cfg)]
         row += [_fmt(g[x]("env_steps_per_s"), "rate") for x in SYSTEMS]
         row += [_fmt(_ratio(g["timerl"]("env_steps_per_s"), g[x]("env_steps_per_s")), "ratio") for x in ("numpy", "torch")]
-        row += [_fmt(g[x]("peak_bytes"), "mb") for x in SYSTEMS]
-        row += [_fmt(_ratio(g["timerl"]("peak_bytes"), g[x]("peak_bytes")), "ratio") for x in ("numpy", "torch")]
+        row += [_fmt(g["timerl"]("peak_bytes"), "mb"), _fmt(g["timerl"]("traced_peak_bytes"), "mb")]
+        row += [_fmt(g[x]("peak_bytes"), "mb") for x in ("numpy", "torch")]
+        row += [_fmt(_ratio(g["timerl"]("traced_peak_bytes"), g["numpy"]("peak_bytes")), "ratio"),
+                _fmt(_ratio(g["timerl"]("traced_peak_bytes"), g["torch"]("peak_bytes")), "ratio")]
         row += [_fmt(g["timerl"]("compile_s"), "s")]
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", "The same throughput from process CPU time (`cpu_env_steps_per_s`: robust when other processes "
@@ -364,10 +374,44 @@ def main(argv=None):
     ap.add_argument("--merge", action="store_true",
                     help="keep the saved runs of systems not in --systems (e.g. add timerl to measured baselines; "
                          "those runs are then not interleaved with the saved ones)")
+    ap.add_argument("--traced-pass", action="store_true",
+                    help="run timerl once more per configuration with --traced-memory and add only its "
+                         "traced_peak_bytes to the saved compare.json (its timings are not used)")
     ns = ap.parse_args(argv)
     suffix = "_quick" if ns.quick else ""
     os.makedirs(ns.out, exist_ok=True)
-    if ns.from_json:
+    if ns.traced_pass:
+        saved_path = os.path.join(ns.out, f"compare{suffix}.json")
+        with open(saved_path) as f:
+            saved = json.load(f)
+        cfgs, runs, meta = saved["configurations"], saved["runs"], saved["meta"]
+        for c in cfgs:
+            c["flags"] = {k: tuple(v) if isinstance(v, list) else v for k, v in c["flags"].items()}
+        free, lock = (sorted(os.sched_getaffinity(0))[:ns.jobs] if ns.jobs > 1 else [None]), threading.Lock()
+
+        def traced(k):
+            with lock:
+                core = free.pop()
+            try:
+                res = run_one("timerl", cfgs[k], ns.iterations or (3 if ns.quick else 4), memory=True,
+                              timeout=ns.timeout, timerl_threads=ns.timerl_threads, backend=ns.backend, core=core)
+            finally:
+                with lock:
+                    free.append(core)
+            res.update(rep=-1, cfg=k, system_="timerl", extra="traced")
+            print(f"{_label(cfgs[k])} / timerl traced: {res.get('error') or res.get('traced_peak_bytes')}",
+                  flush=True)
+            return res
+
+        todo = [k for k, c in enumerate(cfgs) if not ns.only or c["group"] in ns.only.split(",")]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(free)) as pool:
+            runs += list(pool.map(traced, todo))
+        if "traced-memory pass" not in meta["method"]:
+            meta["method"] += (" timerl traced MiB: from a separate traced-memory pass of timerl (one process per "
+                               f"configuration, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}).")
+        with open(saved_path, "w") as f:
+            json.dump({"meta": meta, "configurations": cfgs, "runs": runs}, f, indent=1, default=list)
+    elif ns.from_json:
         with open(ns.from_json) as f:
             saved = json.load(f)
         cfgs, runs, meta = saved["configurations"], saved["runs"], saved["meta"]

@@ -86,3 +86,14 @@ def test_timerl_bench_cli_prints_the_json_keys(algo, capsys):
         assert k in out
     assert out["env_steps_per_s"] == pytest.approx(2 * 4 / out["s_per_iter"])
     assert len(out["iter_s"]) == 2 and out["s_per_iter"] == out["iter_s"][1]
+
+
+def test_run_bench_traced_memory_is_a_second_untimed_run(monkeypatch):
+    calls = []
+    monkeypatch.setattr(bench, "_builder", lambda algo: (_tiny_builder(calls), _Args))
+    plain = bench.run_bench("ppo", iterations=3, num_envs=2, num_steps=5)
+    assert plain["traced_peak_bytes"] is None
+    r = bench.run_bench("ppo", iterations=3, num_envs=2, num_steps=5, traced_memory=True)
+    assert len(r["iter_s"]) == 3  # the traced run's log rows are not timed
+    # a 0-d float32 per point at least lives in the traced run: one buffer > 0 bytes
+    assert isinstance(r["traced_peak_bytes"], int) and r["traced_peak_bytes"] > 0

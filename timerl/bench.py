@@ -21,6 +21,11 @@ What each number is:
     its peak of live tensor bytes (the device pool on numba/cuda).
   * ``peak_rss_mb``: ``getrusage(RUSAGE_SELF).ru_maxrss`` after the run: the whole
     process's peak resident set (imports, compiler and run included), in MiB.
+  * ``traced_peak_bytes`` (only with ``traced_memory=True`` / ``--traced-memory``): the
+    ``tracemalloc`` peak over a second, untimed ``exe.run()`` of the same executable: numpy
+    buffers plus the Python objects allocated meanwhile, the instrument the numpy eager
+    baseline reports. ``peak_bytes`` counts each stored array's ``nbytes``, so a view or
+    a broadcast is counted at its full logical size; this number counts real buffers.
 
 The bench runs ``total_steps = iterations * num_envs * num_steps`` (a given
 ``total_steps`` is replaced), so learning-rate annealing spans the benchmarked iterations.
@@ -54,11 +59,12 @@ def _from_namespace(ns):
     return ns.algo, getattr(ns, "iterations", DEFAULT_ITERATIONS), flags
 
 
-def run_bench(algo, iterations=DEFAULT_ITERATIONS, **flags) -> dict:
+def run_bench(algo, iterations=DEFAULT_ITERATIONS, traced_memory=False, **flags) -> dict:
     """Compile ``algo`` ("ppo" or "reinforce") once with ``flags`` (the CLI flags as keyword
     arguments), run ``iterations`` iterations in one ``exe.run()``, return the numbers
     described in the module docstring. ``algo`` may also be the CLI's parsed namespace."""
     if isinstance(algo, argparse.Namespace):
+        traced_memory = getattr(algo, "traced_memory", False)
         algo, iterations, flags = _from_namespace(algo)
     if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 1:
         raise ValueError(f"timerl bench: --iterations must be a positive int, got {iterations!r}")
@@ -86,6 +92,19 @@ def run_bench(algo, iterations=DEFAULT_ITERATIONS, **flags) -> dict:
     s_per_iter = statistics.median(iter_s[1:]) if iterations > 1 else iter_s[0]
     cpu_per_iter = statistics.median(cpu_s[1:]) if iterations > 1 else cpu_s[0]
     stats = dict(getattr(exe, "stats", {}) or {})
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    traced = None
+    if traced_memory:
+        import gc
+        import tracemalloc
+
+        gc.collect()
+        tracemalloc.start()
+        try:
+            exe.run()
+            traced = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
     history = getattr(exe, "history", None)
     last = history.rows[-1] if history is not None and history.rows else {}
     return {
@@ -93,7 +112,8 @@ def run_bench(algo, iterations=DEFAULT_ITERATIONS, **flags) -> dict:
         "s_per_iter": s_per_iter,
         "env_steps_per_s": num_envs * num_steps / s_per_iter,
         "peak_bytes": stats.get("peak_bytes"),
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        "peak_rss_mb": rss_mb,
+        "traced_peak_bytes": traced,
         "first_iter_s": iter_s[0],
         "iter_s": iter_s,
         "cpu_s_per_iter": cpu_per_iter,

@@ -116,6 +116,8 @@ def build_parser():
         a = bsub.add_parser(algo, help=f"benchmark {algo}")
         _add_algo_flags(a, algo)
         a.add_argument("--iterations", type=int, default=5, help="iterations to time")
+        a.add_argument("--traced-memory", action="store_true",
+                       help="also run once more under tracemalloc and report traced_peak_bytes")
         a.add_argument("--json", action="store_true", help="print one JSON object as the last line")
 
     show = sub.add_parser("show", help="print or write a program's PDG or schedule")
