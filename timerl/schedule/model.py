@@ -10,6 +10,11 @@ Dependences (producer instance -> consumer instance) come from every live edge's
 access relation (``analysis.model.access``), restricted to both ends' demanded
 points, plus an order among UDFs that share a ``state`` key (program order: the
 full point, then creation index). They are both validity and proximity constraints.
+
+The iteration loop is not left to isl's search (:func:`_split_outer`): the program's outermost
+dim becomes the outer schedule dim, isl schedules one iteration, and the composition is checked
+exactly against every dependence; isl schedules the whole problem only when that check or the
+split does not apply. isl's cost on the whole problem grows erratically with the iteration count.
 """
 
 from __future__ import annotations
@@ -318,7 +323,7 @@ def _isl_schedule(domain, deps, variant):
 
 
 def _project(x, pos, tuple_names):
-    """Drop dim ``pos`` of every tuple named in ``tuple_names`` (a set or the in/out of a map)."""
+    """Drop dim ``pos[name]`` of every tuple ``name`` in ``tuple_names`` (a set, or a map's in/out)."""
     if isinstance(x, isl.Set):
         if x.get_tuple_name() in tuple_names:
             x = x.project_out(isl.dim_type.set, pos[x.get_tuple_name()], 1).set_tuple_name(x.get_tuple_name())
