@@ -34,6 +34,7 @@ import time
 from asv_benchmarks.baselines import pin_threads
 
 SYSTEMS = ("timerl", "numpy", "torch")
+COLORS = {"timerl": "C0", "numpy": "C1", "torch": "C2"}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -289,13 +290,17 @@ def plots(cfgs, summ, out_dir, suffix=""):
         fig, axes = plt.subplots(1, 2, figsize=(10, 4))
         for sys_ in SYSTEMS:
             pts = [(xs(cfgs[k]), summ.get((k, sys_), {})) for k in idx]
-            for ax, metric, scale in ((axes[0], "cpu_env_steps_per_s", 1), (axes[1], "peak_bytes", 2**20)):
+            lines = [(axes[0], "cpu_env_steps_per_s", 1, sys_, "-"), (axes[1], "peak_bytes", 2**20, sys_, "-")]
+            if sys_ == "timerl":
+                lines[1] = (axes[1], "peak_bytes", 2**20, "timerl (own accounting)", ":")
+                lines.append((axes[1], "traced_peak_bytes", 2**20, "timerl (tracemalloc)", "-"))
+            for ax, metric, scale, label, style in lines:
                 p = [(x, d[metric] / scale) for x, d in pts if d.get(metric) is not None]
                 if p:
                     ax.plot([str(x) for x, _ in p] if not key else [x for x, _ in p], [y for _, y in p],
-                            marker="o", label=sys_)
+                            style, marker="o", label=label, color=COLORS[sys_])
         axes[0].set_ylabel("env-steps/s (per second of process CPU time)")
-        axes[1].set_ylabel("peak live tensor MiB")
+        axes[1].set_ylabel("peak MiB (timerl: tracemalloc and own accounting)")
         for ax in axes:
             ax.set_xlabel(xlabel)
             if key:
@@ -311,16 +316,16 @@ def plots(cfgs, summ, out_dir, suffix=""):
     idx = [k for k, c in enumerate(cfgs) if c["group"] == "reinforce_T"]
     if idx:
         fig, ax = plt.subplots(figsize=(6, 4))
-        for sys_ in SYSTEMS:
+        for sys_, metric in (("timerl", "traced_peak_bytes"), ("numpy", "peak_bytes"), ("torch", "peak_bytes")):
             for kind, style in (("mc", "-"), ("n", "--")):
-                p = sorted((cfgs[k]["flags"]["num_steps"], summ.get((k, sys_), {}).get("peak_bytes")) for k in idx
+                p = sorted((cfgs[k]["flags"]["num_steps"], summ.get((k, sys_), {}).get(metric)) for k in idx
                            if cfgs[k]["x"].startswith(kind))
                 p = [(x, y / 2**20) for x, y in p if y is not None]
                 if p:
-                    ax.plot(*zip(*p), style, marker="o",
+                    ax.plot(*zip(*p), style, marker="o", color=COLORS[sys_],
                             label=f"{sys_} {'MC' if kind == 'mc' else 'n-step'}")
         ax.set_xlabel("episode length T (num_steps)")
-        ax.set_ylabel("peak live tensor MiB")
+        ax.set_ylabel("peak MiB (timerl: tracemalloc; MC and n-step overlap)")
         ax.set_title("REINFORCE: Monte-Carlo vs n-step returns, memory over T")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
