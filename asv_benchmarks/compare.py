@@ -118,6 +118,36 @@ def run_one(system, cfg, iterations, memory, timeout, timerl_threads=None, backe
     return out
 
 
+def pinned_map(fn, items, jobs):
+    """``[fn(item, core) for item in items]``, ``jobs`` calls at a time, each given a CPU core of
+    its own to pin its process to (``core`` is None when ``jobs`` is 1: no pinning)."""
+    cores = sorted(os.sched_getaffinity(0))[:jobs] if jobs > 1 else [None]
+    if jobs > len(cores):
+        raise SystemExit(f"--jobs {jobs}: only {len(cores)} CPUs are available to this process")
+    free, lock = list(cores), threading.Lock()
+
+    def call(item):
+        with lock:
+            core = free.pop()
+        try:
+            return fn(item, core)
+        finally:
+            with lock:
+                free.append(core)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(cores)) as pool:
+        return list(pool.map(call, items))
+
+
+def load(path):
+    """A saved compare.json, configuration flags back to tuples (JSON turns them into lists)."""
+    with open(path) as f:
+        saved = json.load(f)
+    for c in saved["configurations"]:
+        c["flags"] = {k: tuple(v) if isinstance(v, list) else v for k, v in c["flags"].items()}
+    return saved
+
+
 # -- aggregation --------------------------------------------------------------------------------------
 
 
@@ -387,38 +417,26 @@ def main(argv=None):
     os.makedirs(ns.out, exist_ok=True)
     if ns.traced_pass:
         saved_path = os.path.join(ns.out, f"compare{suffix}.json")
-        with open(saved_path) as f:
-            saved = json.load(f)
+        saved = load(saved_path)
         cfgs, runs, meta = saved["configurations"], saved["runs"], saved["meta"]
-        for c in cfgs:
-            c["flags"] = {k: tuple(v) if isinstance(v, list) else v for k, v in c["flags"].items()}
-        free, lock = (sorted(os.sched_getaffinity(0))[:ns.jobs] if ns.jobs > 1 else [None]), threading.Lock()
 
-        def traced(k):
-            with lock:
-                core = free.pop()
-            try:
-                res = run_one("timerl", cfgs[k], ns.iterations or (3 if ns.quick else 4), memory=True,
-                              timeout=ns.timeout, timerl_threads=ns.timerl_threads, backend=ns.backend, core=core)
-            finally:
-                with lock:
-                    free.append(core)
+        def traced(k, core):
+            res = run_one("timerl", cfgs[k], ns.iterations or (3 if ns.quick else 4), memory=True,
+                          timeout=ns.timeout, timerl_threads=ns.timerl_threads, backend=ns.backend, core=core)
             res.update(rep=-1, cfg=k, system_="timerl", extra="traced")
             print(f"{_label(cfgs[k])} / timerl traced: {res.get('error') or res.get('traced_peak_bytes')}",
                   flush=True)
             return res
 
         todo = [k for k, c in enumerate(cfgs) if not ns.only or c["group"] in ns.only.split(",")]
-        with concurrent.futures.ThreadPoolExecutor(max_workers=len(free)) as pool:
-            runs += list(pool.map(traced, todo))
+        runs += pinned_map(traced, todo, ns.jobs)
         if "traced-memory pass" not in meta["method"]:
             meta["method"] += (" timerl traced MiB: from a separate traced-memory pass of timerl (one process per "
                                f"configuration, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}).")
         with open(saved_path, "w") as f:
             json.dump({"meta": meta, "configurations": cfgs, "runs": runs}, f, indent=1, default=list)
     elif ns.from_json:
-        with open(ns.from_json) as f:
-            saved = json.load(f)
+        saved = load(ns.from_json)
         cfgs, runs, meta = saved["configurations"], saved["runs"], saved["meta"]
     else:
         reps = ns.reps or (2 if ns.quick else 3)
@@ -436,21 +454,13 @@ def main(argv=None):
         # interleaved order: repetition r runs every configuration, systems rotated by r
         tasks = [(r, k, sys_) for r in range(reps) for k in range(len(cfgs))
                  for sys_ in systems[r % len(systems):] + systems[:r % len(systems)]]
-        cores = sorted(os.sched_getaffinity(0))[:ns.jobs] if ns.jobs > 1 else [None]
-        if ns.jobs > len(cores):
-            raise SystemExit(f"--jobs {ns.jobs}: only {len(cores)} CPUs are available to this process")
-        free, lock = list(cores), threading.Lock()
+        lock = threading.Lock()
 
-        def measure(task):
+        def measure(task, core):
             r, k, sys_ = task
-            with lock:
-                core = free.pop()
-            try:  # peak_bytes is deterministic per system: the baselines' instrumented pass runs in rep 0
-                res = run_one(sys_, cfgs[k], iters, memory=(r == 0), timeout=ns.timeout,
-                              timerl_threads=ns.timerl_threads, backend=ns.backend, core=core)
-            finally:
-                with lock:
-                    free.append(core)
+            # peak_bytes is deterministic per system: the baselines' instrumented pass runs in rep 0
+            res = run_one(sys_, cfgs[k], iters, memory=(r == 0), timeout=ns.timeout,
+                          timerl_threads=ns.timerl_threads, backend=ns.backend, core=core)
             res.update(rep=r, cfg=k, system_=sys_)
             with lock:
                 runs.append(res)
@@ -460,8 +470,7 @@ def main(argv=None):
                 with open(partial, "w") as f:
                     json.dump({"meta": meta_partial, "configurations": cfgs, "runs": runs}, f, default=list)
 
-        with concurrent.futures.ThreadPoolExecutor(max_workers=len(cores)) as pool:
-            list(pool.map(measure, tasks))
+        pinned_map(measure, tasks, ns.jobs)
         runs.sort(key=lambda res: (res["rep"], res["cfg"], SYSTEMS.index(res["system_"])))
         meta = {
             "machine": machine(),
@@ -478,12 +487,10 @@ def main(argv=None):
         }
         saved_path = os.path.join(ns.out, f"compare{suffix}.json")
         if ns.merge and os.path.exists(saved_path):
-            with open(saved_path) as f:
-                saved = json.load(f)
+            saved = load(saved_path)
             labels = [_label(c) for c in cfgs]
             for res in saved["runs"]:
                 old = saved["configurations"][res["cfg"]]
-                old["flags"] = {k: tuple(v) if isinstance(v, list) else v for k, v in old["flags"].items()}
                 if res["system_"] not in systems and _label(old) in labels:
                     runs.append(dict(res, cfg=labels.index(_label(old))))
             meta["method"] += (" Merged: runs of " + ", ".join(sorted({r["system_"] for r in runs} - set(systems)))
@@ -493,9 +500,6 @@ def main(argv=None):
     by_key = {}
     for res in runs:
         by_key.setdefault((res["cfg"], res["system_"]), []).append(res)
-    for cfg in cfgs:  # JSON turns tuples into lists
-        if "obs_shape" in cfg["flags"]:
-            cfg["flags"]["obs_shape"] = tuple(cfg["flags"]["obs_shape"])
     summ = summarize(by_key)
     md = table(cfgs, summ, meta) + f"\nMeasured {meta['date']}.\n"
     path = os.path.join(ns.out, f"compare{suffix}.md")
