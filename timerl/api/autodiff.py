@@ -31,7 +31,6 @@ The isl side (supports, inverted relations as sympy pieces) is :mod:`timerl.ir.r
 
 from __future__ import annotations
 
-import networkx as nx
 import sympy
 
 from ..errors import CompileError, ShapeError
@@ -169,15 +168,7 @@ class _Backward:
                     cons.setdefault(p, []).append((c, e))
         self.rev.supports(self.y.nid, path, cons)
         with self.prog:
-            sub = nx.DiGraph()
-            sub.add_nodes_from(path)
-            for p, cs in cons.items():
-                for c, _ in cs:
-                    sub.add_edge(c, p)
-            cond = nx.condensation(sub)
-            for scc in nx.topological_sort(cond):
-                members = sorted(cond.nodes[scc]["members"])
-                cyclic = len(members) > 1 or sub.has_edge(members[0], members[0])
+            for members, cyclic in self.rev.sccs:
                 if cyclic:
                     for n in members:
                         node = self.pdg.rec(n)

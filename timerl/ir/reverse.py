@@ -118,6 +118,22 @@ def _ranges(b, nq):
     return out
 
 
+def gradient_sccs(path, cons) -> list:
+    """The strongly connected components of the gradient graph (edge consumer -> producer for
+    every ``cons[p]`` entry) over ``path``, in topological order: [(sorted members, cyclic)]."""
+    sub = nx.DiGraph()
+    sub.add_nodes_from(path)
+    for p, cs in cons.items():
+        for c, _ in cs:
+            sub.add_edge(c, p)
+    cond = nx.condensation(sub)
+    out = []
+    for scc in nx.topological_sort(cond):
+        members = sorted(cond.nodes[scc]["members"])
+        out.append((members, len(members) > 1 or sub.has_edge(members[0], members[0])))
+    return out
+
+
 class Reverse:
     """isl questions of one backward pass, answered in sympy."""
 
@@ -142,7 +158,8 @@ class Reverse:
         """Compute the supports of the nodes on ``path``; ``cons[p]`` lists the gradient
         edges (consumer, edge) into ``p``."""
         self.y = y
-        self.S = self._supports(path, cons) if path else {}
+        self.sccs = gradient_sccs(path, cons)
+        self.S = self._supports(cons) if path else {}
 
     def pieces(self, c, pos, p):
         """(``covers``, pieces) of the reversed edge, or None where no point of ``p`` is read:
@@ -166,18 +183,11 @@ class Reverse:
         return covers, [(cond, rng) for _, cond, rng in out]
 
     # supports ------------------------------------------------------------------------------------
-    def _supports(self, path, cons):
+    def _supports(self, cons):
         model = self.model
-        sub = nx.DiGraph()
-        sub.add_nodes_from(path)
-        for p, cs in cons.items():
-            for c, _ in cs:
-                sub.add_edge(c, p)
-        cond = nx.condensation(sub)
         S = {}
         y = self.y
-        for scc in nx.topological_sort(cond):
-            members = cond.nodes[scc]["members"]
+        for members, cyclic in self.sccs:
             incoming = {}
             for n in members:
                 pts = model.points(n)
@@ -186,7 +196,6 @@ class Reverse:
                     if c not in members:
                         s = s.union(S[c].apply(model.access(c, n, e.pos)))
                 incoming[n] = s.coalesce()
-            cyclic = len(members) > 1 or sub.has_edge(next(iter(members)), next(iter(members)))
             if not cyclic:
                 S.update(incoming)
             else:
