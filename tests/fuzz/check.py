@@ -1,0 +1,183 @@
+"""Run a generated program on the reference executor and on every backend and pass switch.
+
+``CONFIGS`` lists ``(backend, compile keywords)``: each backend with its defaults, with
+each pass of ``timerl.passes`` switched off in turn (new passes are picked up by name),
+and in checking mode (every read and free instrumented). ``differences`` returns one
+line per configuration whose sinks differ from the reference executor's, or that fails
+where the reference executor does not.
+"""
+
+from __future__ import annotations
+
+import re
+import traceback
+
+import numpy as np
+from programs.collect import Collect
+
+import timerl as tl
+from timerl.passes import PIPELINE, SCHEDULER_SWITCHES
+
+from .gen import Desc, build
+
+BACKENDS = ("numpy", "numba")  # "cuda" is not built yet
+PASSES = tuple(n for n, _ in PIPELINE) + tuple(SCHEDULER_SWITCHES)
+
+# float tolerance per dtype, relative to the value and to the magnitude bound of the sink
+# (one op's rounding in float32 is ~6e-8 of its operands' size; programs are a few ops deep)
+TOL = {"float32": 2e-5, "float64": 1e-11, "float16": 2e-3}
+
+
+def configs(backends=BACKENDS):
+    out = []
+    for be in backends:
+        out.append((be, {}))
+        out += [(be, {"passes": {p: False}}) for p in PASSES]
+        out.append((be, {"check": True}))
+    return out
+
+
+CONFIGS = configs()
+
+
+def label(backend, kw) -> str:
+    return backend + "".join(f" {k}={v!r}" for k, v in sorted(kw.items()))
+
+
+def run(desc: Desc, backend="reference", **kw):
+    """Build ``desc`` afresh, compile on ``backend``, run once; ``(collect, mags)``."""
+    c = Collect()
+    prog, mags = build(desc, c)
+    prog.compile(desc.bounds, backend=backend, **kw).run()
+    return c, mags
+
+
+def compare(got: dict, want: dict, mags: dict, limit=3) -> list[str]:
+    """What differs between two runs' sinks: points, dtypes, shapes, values (floats within TOL)."""
+    out = []
+    if sorted(got) != sorted(want):
+        return [f"sinks differ: {sorted(got)} vs {sorted(want)}"]
+    for sink in sorted(want):
+        g, w = got[sink], want[sink]
+        if sorted(g) != sorted(w):
+            out.append(f"{sink}: points differ: {sorted(g)} vs reference {sorted(w)}")
+            continue
+        for pt in sorted(w):
+            gv, wv = (g[pt], w[pt]) if isinstance(w[pt], tuple) else ((g[pt],), (w[pt],))
+            for k, (a, b) in enumerate(zip(gv, wv)):
+                where = f"{sink}{'' if len(wv) == 1 else f'[{k}]'} at {pt}"
+                msg = _differ(np.asarray(a), np.asarray(b), mags.get(sink, 1.0))
+                if msg:
+                    out.append(f"{where}: {msg}")
+            if len(out) >= limit:
+                return out
+    return out
+
+
+def _differ(a, b, mag):
+    if a.dtype != b.dtype:
+        return f"dtype {a.dtype} vs reference {b.dtype}"
+    if a.shape != b.shape:
+        return f"shape {a.shape} vs reference {b.shape}"
+    if a.dtype.kind in "fc":
+        tol = TOL.get(a.dtype.name, 1e-5)
+        ok = np.isclose(a, b, rtol=tol, atol=tol * max(1.0, mag), equal_nan=True)
+        if not ok.all():
+            return f"got {a.tolist()} vs reference {b.tolist()} (rtol=atol/{max(1.0, mag):g}={tol})"
+    elif not np.array_equal(a, b):
+        return f"got {a.tolist()} vs reference {b.tolist()}"
+    return None
+
+
+def _error(e: BaseException) -> str:
+    tb = traceback.extract_tb(e.__traceback__)
+    at = next((f"{f.filename.split('/timerl/')[-1]}:{f.lineno}" for f in reversed(tb) if "/timerl/" in f.filename), "")
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} [{at}]"
+
+
+def differences(desc: Desc, configs=CONFIGS) -> list[str]:
+    """``"<config>: <problem>"`` for each configuration that disagrees with the reference executor."""
+    try:
+        want, mags = run(desc, "reference")
+    except Exception as e:  # a generated program is well-formed: the oracle must accept it
+        return [f"reference: {_error(e)}"]
+    out = []
+    for backend, kw in configs:
+        try:
+            got, _ = run(desc, backend, **kw)
+        except Exception as e:
+            out.append(f"{label(backend, kw)}: {_error(e)}")
+            continue
+        out += [f"{label(backend, kw)}: {m}" for m in compare(got, want, mags)]
+    return out
+
+
+__all__ = ["CONFIGS", "PASSES", "configs", "label", "run", "compare", "differences", "tl"]
+
+
+def shrink(desc: Desc, configs=CONFIGS, log=print) -> Desc:
+    """A smaller program that still differs on one of ``configs`` (greedy: fewer sinks, then
+    records replaced by plain ``tl.tensor`` sources of the same domain, shape and dtype)."""
+    from .gen import Builder, Record
+
+    def fails(d):
+        try:
+            build(d, Collect())
+        except Exception:
+            return False
+        return bool(differences(d, configs))
+
+    def with_(records=None, sinks=None):
+        return Desc(desc.dims, desc.bounds, list(records if records is not None else desc.records),
+                    list(sinks if sinks is not None else desc.sinks))
+
+    k = 0
+    while k < len(desc.sinks) and len(desc.sinks) > 1:
+        d = with_(sinks=desc.sinks[:k] + desc.sinks[k + 1:])
+        if fails(d):
+            desc = d
+        else:
+            k += 1
+    last = max(int(n[1:]) for s in desc.sinks for n in s)
+    desc = with_(records=desc.records[:last + 1])
+    b = Builder(desc.dims, desc.bounds)
+    values = [b.add(r) for r in desc.records]
+    for k in reversed(range(len(desc.records))):
+        v = values[k]
+        full = tuple(desc.bounds[x.upper()] for x in v.domain) + v.shape
+        dom = f"({''.join(x + ', ' for x in v.domain)})"
+        dt = v.dtype if v.dtype != "bool" else "float32"
+        line = f"{v.name} = tl.tensor(data({k}, {full}, {dt!r}), domain={dom})"
+        if v.dtype == "bool":
+            line += " > 0"
+        if desc.records[k].lines == (line,):
+            continue
+        recs = list(desc.records)
+        recs[k] = Record((line,), 3.0, True)
+        d = with_(records=recs)
+        if fails(d):
+            desc = d
+            log(f"# shrink: v{k} replaced by a source")
+    small = compact(desc)
+    return small if fails(small) else desc
+
+
+_REF = re.compile(r"\b([vp])(\d+)\b")
+
+
+def compact(desc: Desc) -> Desc:
+    """``desc`` without the records no sink needs, values renumbered (random streams shift too)."""
+    from .gen import Record
+
+    need = {int(n[1:]) for s in desc.sinks for n in s}
+    for k in reversed(range(len(desc.records))):
+        if k in need:
+            need |= {int(m.group(2)) for ln in desc.records[k].lines for m in _REF.finditer(ln)}
+    new = {old: i for i, old in enumerate(sorted(need))}
+
+    def ren(ln):
+        return _REF.sub(lambda m: f"{m.group(1)}{new[int(m.group(2))]}", ln)
+
+    recs = [Record(tuple(ren(ln) for ln in r.lines), r.mag, r.pool) for k, r in enumerate(desc.records) if k in need]
+    sinks = [tuple(f"v{new[int(n[1:])]}" for n in s) for s in desc.sinks]
+    return Desc(desc.dims, desc.bounds, recs, sinks)
