@@ -144,6 +144,8 @@ def shrink(desc: Desc, configs=CONFIGS, log=print) -> Desc:
     values = [b.add(r) for r in desc.records]
     for k in reversed(range(len(desc.records))):
         v = values[k]
+        if not all(isinstance(s, int) for s in v.shape):
+            continue
         full = tuple(desc.bounds[x.upper()] for x in v.domain) + v.shape
         dom = f"({''.join(x + ', ' for x in v.domain)})"
         dt = v.dtype if v.dtype != "bool" else "float32"

@@ -166,7 +166,7 @@ class Builder:
         with self.prog:
             exec("\n".join(rec.lines), self.ns)  # noqa: S102 - the generator's own source
         t = self.ns[name]
-        v = Value(name, tuple(d.name for d in t.domain), tuple(int(s) for s in t.shape), t.dtype.name, rec.mag,
+        v = Value(name, tuple(d.name for d in t.domain), tuple(s if isinstance(s, int) else str(s) for s in t.shape), t.dtype.name, rec.mag,
                   rec.pool)
         self.desc.records.append(rec)
         self.values.append(v)
@@ -322,7 +322,7 @@ class Gen:
     def step(self):
         kind = self.d.pick(("source", "unary", "unary", "binary", "binary", "chain", "chain", "where", "reduce", "scan",
                             "astype", "matmul", "window", "point", "shift", "forward", "backward", "branches",
-                            "udf", "movement", "dimval", "cmp"))
+                            "udf", "movement", "dimval", "cmp", "draw", "gather"))
         getattr(self, "r_" + kind)()
 
     def r_source(self):
@@ -415,6 +415,41 @@ class Gen:
                 expr, mag = f"({x} {op} {y})", (mag * b.mag if fn == "mul" else mag + b.mag)
             shape = tuple(np.broadcast_shapes(shape, b.shape))
         self.add(f"{self.nxt()} = {expr}", mag)
+
+    def r_draw(self):
+        """Random ops with operands or integer outputs: categorical samples, permutations."""
+        if self.d.coin(0.5):
+            logits = self.squash(self.operand(kinds="f", spatial=True), CAPS["exp"])
+            dom = self.subdomain()
+            self.add(f"{self.nxt()} = tl.random.categorical({logits.name}, domain=({''.join(x + ', ' for x in dom)}))",
+                     logits.shape[-1])
+        else:
+            dom = self.subdomain()
+            n = self.d.int(1, 4)
+            self.add(f"{self.nxt()} = tl.random.permutation({n}, domain=({''.join(x + ', ' for x in dom)}))", n)
+
+    def r_gather(self):
+        """``take``/``one_hot`` with int indices kept in range by ``%``; ``concat``/``stack``."""
+        a = self.operand(spatial=True)
+        kind = self.d.pick(("take", "one_hot", "concat", "stack"))
+        v = self.nxt()
+        if kind in ("take", "one_hot"):
+            n = a.shape[0] if kind == "take" else self.d.int(1, 4)
+            idx = self.pick(lambda x: len(x.shape) <= 1, kinds="i")
+            if idx is None:
+                idx = self.source(shape=self.d.pick(((), (2,))), dtype="int64")
+            v = self.nxt()
+            if kind == "take":
+                self.add(f"{v} = {a.name}.take({idx.name} % {n}, axis=0)", a.mag)
+            else:
+                self.add(f"{v} = tl.one_hot({idx.name} % {n}, {n})", 1.0)
+        elif kind == "concat":
+            b = self.source(shape=(self.d.int(1, 3),) + a.shape[1:], dtype=a.dtype)
+            self.add(f"{self.nxt()} = tl.concat([{a.name}, {b.name}], axis=0)", max(a.mag, b.mag))
+        else:
+            b = self.partner(a, kinds=np.dtype(a.dtype).kind, to=True)
+            ax = self.d.int(0, len(a.shape))
+            self.add(f"{self.nxt()} = tl.stack([{a.name}, {b.name}.expand{a.shape}], axis={ax})", max(a.mag, b.mag))
 
     def r_cmp(self):
         a = self.operand()
@@ -515,6 +550,9 @@ class Gen:
             lo = self.d.int(0, D - 1)
             hi = self.d.int(lo + 1, D)
             ent = self.d.pick((f"{lo}:{hi}", f"0:{B}", f"{lo}:{B}"))
+        if kind != "const" and self.d.coin(0.15):  # a variable-length value, only for sinks
+            self.add(f"{self.nxt()} = {self.key(a, dim, ent)}", a.mag, pool=False)
+            return
         red = self.d.pick(("sum", "mean", "max", "min", "discounted_sum", "cumsum", "std"))
         call = {"discounted_sum": "discounted_sum(0.9, axis=0)", "cumsum": "cumsum(axis=0).max(axis=0)",
                 "std": "std(axis=0)"}.get(red, f"{red}(axis=0)")
@@ -563,7 +601,8 @@ class Gen:
         self.add([decl, first, f"{p}[{', '.join(a.domain)}] = {read}", f"{self.nxt()} = {p}"], max(a.mag, base.mag))
 
     def r_forward(self):
-        """``p[d = 0] = init; p[d + 1] = body(p, o)``: a forward recurrence (carried across ``i`` too)."""
+        """``p[d < k] = init; p[d + k] = body(p, o)``: a forward recurrence (carried across ``i`` too);
+        or the same written with a condition, ``p[d >= k] = body(p[d - k], o); p = init``."""
         o = self.operand(kinds="fi")
         dim = self.d.pick(self.dims)
         dom = tuple(x for x in self.dims if x in o.domain or x == dim)
@@ -571,27 +610,39 @@ class Gen:
         o = self.squash(o, CAPS["rec"])
         init = self.base_for(o.shape, dom, o.dtype)
         p, decl = self.placeholder(o.shape, o.dtype, dom)
-        lines = [decl]
         carry = dim == "t" and dom == ("i", "t") and self.d.coin(0.5)
-        if carry:
-            lines += [f"{p}[0, 0] = {init.name}", f"{p}[i, 0] = {p}[i - 1, T]"]
-        else:
-            lines.append(f"{p}[{self.pkey(dom, dim, '0')}] = {init.name}")
+        k = 1 if carry else self.d.pick((1, 1, 2))
+        cond = not carry and self.d.coin(0.25)
+        prev = f"{p}[{self.pkey(dom, dim, f'{dim} - {k}')}]" if cond else p
         c = self.d.pick((0.5, -0.9, 0.75))
         body = self.d.pick(("lin", "tanh", "max")) if float_ else self.d.pick(("add", "max"))
-        rhs = {"lin": f"{p} * {c} + {o.name}", "tanh": f"tl.tanh({p} * {c} + {o.name})",
-               "max": f"tl.maximum({p}, {o.name})", "add": f"{p} + {o.name}"}[body]
-        lines += [f"{p}[{self.pkey(dom, dim, dim + ' + 1')}] = {rhs}", f"{self.nxt()} = {p}"]
-        n = self.bound(dim) * (self.bound("i") if carry else 1) + 1
+        rhs = {"lin": f"{prev} * {c} + {o.name}", "tanh": f"tl.tanh({prev} * {c} + {o.name})",
+               "max": f"tl.maximum({prev}, {o.name})", "add": f"{prev} + {o.name}"}[body]
+        lines = [decl]
+        if self.d.coin(0.3):  # the body as a value of its own, read by the branch
+            lines.append(f"q{len(self.values)} = {rhs}")
+            rhs = f"q{len(self.values)}"
+        if cond:
+            lines += [f"{p}[{dim} >= {k}] = {rhs}", f"{p}[{', '.join(dom)}] = {init.name}"]
+        else:
+            if carry:
+                lines += [f"{p}[0, 0] = {init.name}", f"{p}[i, 0] = {p}[i - 1, T]"]
+            elif k == 1:
+                lines.append(f"{p}[{self.pkey(dom, dim, '0')}] = {init.name}")
+            else:
+                lines.append(f"{p}[{dim} < {k}] = {init.name}")
+            lines.append(f"{p}[{self.pkey(dom, dim, f'{dim} + {k}')}] = {rhs}")
+        lines.append(f"{self.nxt()} = {p}")
+        n = self.bound(dim) * (self.bound("i") if carry else 1) + 2
         mag = {"lin": init.mag + 10 * o.mag, "tanh": max(1.0, init.mag), "max": max(init.mag, o.mag),
                "add": init.mag + n * o.mag}[body]
         v = self.add(lines, mag)
-        if self.d.coin(0.4):  # the shift-extension point p[.., D]
-            ext = f"{dim.upper()}" if not carry else "T"
-            self.add(f"{self.nxt()} = {self.key(v, dim, ext).replace(v.name + '[', p + '[')}", mag)
+        if not cond and self.d.coin(0.4):  # a shift-extension point p[.., D + k - 1]
+            ext = f"{dim.upper()}" if k == 1 or self.d.coin(0.5) else f"{dim.upper()} + 1"
+            self.add(f"{self.nxt()} = {self.key(v, dim, ext)}", mag)
 
     def r_backward(self):
-        """``g[d = D - 1] = last; g = r + c g[d + 1]``: a backward recurrence (discounted returns)."""
+        """``g[d >= D - k] = last; g = r + c g[d + k]``: a backward recurrence (discounted returns)."""
         r = self.squash(self.operand(kinds="f"), CAPS["rec"])
         dim = self.d.pick(self.dims)
         dom = tuple(x for x in self.dims if x in r.domain or x == dim)
@@ -599,8 +650,10 @@ class Gen:
         p, decl = self.placeholder(r.shape, r.dtype, dom)
         c = self.d.pick((0.9, 0.5, -0.75))
         B = dim.upper()
-        self.add([decl, f"{p}[{self.pkey(dom, dim, B + ' - 1')}] = {last.name}",
-                  f"{p}[{', '.join(dom)}] = {r.name} + {c} * {p}[{self.pkey(dom, dim, dim + ' + 1')}]",
+        k = self.d.pick((1, 1, 2))
+        first = f"{p}[{self.pkey(dom, dim, B + ' - 1')}]" if k == 1 else f"{p}[{dim} >= {B} - {k}]"
+        self.add([decl, f"{first} = {last.name}",
+                  f"{p}[{', '.join(dom)}] = {r.name} + {c} * {p}[{self.pkey(dom, dim, f'{dim} + {k}')}]",
                   f"{self.nxt()} = {p}"], last.mag + 10 * r.mag)
 
     def r_branches(self):
