@@ -34,6 +34,7 @@ def configs(backends=BACKENDS):
         out.append((be, {}))
         out += [(be, {"passes": {p: False}}) for p in PASSES]
         out.append((be, {"check": True}))
+    out.append((backends[0], {"memory_budget": "least"}))
     return out
 
 
@@ -45,11 +46,31 @@ def label(backend, kw) -> str:
 
 
 def run(desc: Desc, backend="reference", **kw):
-    """Build ``desc`` afresh, compile on ``backend``, run once; ``(collect, mags)``."""
+    """Build ``desc`` afresh, compile on ``backend``, run once; ``(collect, mags)``.
+
+    ``memory_budget="least"``: the least budget the compiler says it can meet (it picks the
+    plan of least planned peak among its alternatives); the run must stay under it."""
+    if kw.get("memory_budget") == "least":
+        kw = {**kw, "memory_budget": least_budget(desc, backend, kw)}
     c = Collect()
     prog, mags = build(desc, c)
-    prog.compile(desc.bounds, backend=backend, **kw).run()
+    exe = prog.compile(desc.bounds, backend=backend, seed=desc.seed, **kw).run()
+    budget = kw.get("memory_budget")
+    if budget is not None and exe.stats["peak_bytes"] > budget:
+        raise AssertionError(f"peak_bytes {exe.stats['peak_bytes']} exceeds memory_budget={budget}")
     return c, mags
+
+
+def least_budget(desc, backend, kw) -> int:
+    prog, _ = build(desc, Collect())
+    try:
+        prog.compile(desc.bounds, backend=backend, seed=desc.seed, **{**kw, "memory_budget": 1})
+    except tl.CompileError as e:
+        m = re.search(r"memory_budget>=(\d+)", str(e))
+        if m:
+            return int(m.group(1))
+        raise
+    return 1
 
 
 def compare(got: dict, want: dict, mags: dict, limit=3) -> list[str]:
@@ -129,7 +150,7 @@ def shrink(desc: Desc, configs=CONFIGS, log=print) -> Desc:
 
     def with_(records=None, sinks=None):
         return Desc(desc.dims, desc.bounds, list(records if records is not None else desc.records),
-                    list(sinks if sinks is not None else desc.sinks))
+                    list(sinks if sinks is not None else desc.sinks), desc.seed)
 
     k = 0
     while k < len(desc.sinks) and len(desc.sinks) > 1:
@@ -182,4 +203,4 @@ def compact(desc: Desc) -> Desc:
 
     recs = [Record(tuple(ren(ln) for ln in r.lines), r.mag, r.pool) for k, r in enumerate(desc.records) if k in need]
     sinks = [tuple(f"v{new[int(n[1:])]}" for n in s) for s in desc.sinks]
-    return Desc(desc.dims, desc.bounds, recs, sinks)
+    return Desc(desc.dims, desc.bounds, recs, sinks, desc.seed)

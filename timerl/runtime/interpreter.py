@@ -144,6 +144,10 @@ class Lowering:
         ins = self.pdg.inputs(n)
         k = self.key(node.domain)
         L = []
+        if n in self.donated and not (op in (Op.UNARY, Op.BINARY) and self._fast(n, node, ins)):
+            # only a direct ufunc call writes in place (and _fast declines casts): the plan
+            # must count the same bytes as the run
+            del self.donated[n]
         if self.mode == "plan":
             return self.plan_lines(n, node, ins, k)
         args = [self.read(n, p, e) for p, e in ins]
