@@ -32,3 +32,48 @@ def test_least_memory_budget_holds_when_a_ufunc_cannot_write_in_place():
     exe = build().compile({"T": 2}, backend="numpy", memory_budget=least).run()
     assert exe.stats["peak_bytes"] <= least
     assert exe.stats["planned_peak_bytes"] == exe.stats["peak_bytes"]
+
+
+def _execution_order(node, env=None):
+    """The Calls of a schedule tree in the order a run executes them."""
+    from timerl.schedule.tree import Call, Guard, Loop, Seq
+
+    env = dict(env or {})
+    if isinstance(node, Call):
+        return [(node.kind, node.ident, tuple(eval(a, {}, env) for a in node.args))]
+    if isinstance(node, Seq):
+        return [c for ch in node.children for c in _execution_order(ch, env)]
+    if isinstance(node, Guard):
+        branch = node.then if eval(node.cond, {"max": max, "min": min}, env) else node.other
+        return [] if branch is None else _execution_order(branch, env)
+    assert isinstance(node, Loop) and node.stop is not None
+    out, v = [], eval(node.init, {"max": max, "min": min}, env)
+    while v < eval(node.stop, {"max": max, "min": min}, {**env, node.it: v}):
+        out += _execution_order(node.body, {**env, node.it: v})
+        v += node.step
+    return out
+
+
+def test_schedule_tree_keeps_a_free_with_two_pieces_after_its_last_reader():
+    # fuzz seed 20247 (group pass off): F0 frees S0[0] after its reader S29[0] and S0[1..2]
+    # elsewhere; isl's AST generator, given one statement with that two-piece schedule,
+    # placed F0(0) before S29(0) (read after free). Each piece is now its own statement.
+    import islpy as isl
+
+    from timerl.schedule.tree import build_tree
+
+    c = "P_I = 3 and P_T = 2"
+    T = isl.UnionMap(f"""[P_I, P_T] -> {{
+        S29[x0] -> [x0, 0, 0, 0, 0, 1, 1, 0, 14, 0] : {c} and 0 <= x0 <= 2;
+        S30[x0] -> [0, 0, 0, 0, x0, 1, 0, 2, 15, 0] : {c} and 0 <= x0 <= 1;
+        S28[x0] -> [x0, 0, 4, 0, 0, 0, 0, 0, 13, 0] : {c} and 0 <= x0 <= 2;
+        S7[x0] -> [0, 0, 0, 0, x0, 1, 0, 1, 5, 0] : {c} and 0 <= x0 <= 1 }}""")
+    frees = [isl.Map(f"""[P_I, P_T] -> {{ F16[o0] -> [1 + o0, 0, 0, 1, 0, 0, 0, 0, 8, 2] : {c} and 0 <= o0 <= 1;
+                                          F16[o0 = 2] -> [2, 0, 4, 0, 0, 0, 0, 0, 13, 2] : {c} }}"""),
+             isl.Map(f"""[P_I, P_T] -> {{ F0[o0] -> [o0, 0, 1, 0, 0, 0, 0, 0, 11, 1] : {c} and 0 < o0 <= 2;
+                                          F0[o0 = 0] -> [0, 0, 0, 0, 0, 1, 1, 0, 14, 1] : {c} }}""")]
+    ctx = isl.Set(f"[P_I, P_T] -> {{ : {c} }}")
+    order = _execution_order(build_tree(T, frees, ctx, {"I": 3, "T": 2}))
+    assert order.index(("free", 0, (0,))) == order.index(("exec", 29, (0,))) + 1
+    assert order.index(("free", 16, (2,))) > order.index(("exec", 28, (2,)))
+    assert len(order) == len(set(order)) == 3 + 2 + 3 + 2 + 3 + 3

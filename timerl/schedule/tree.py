@@ -75,8 +75,14 @@ def _batch_frees(frees: list) -> tuple[list, dict]:
     their slot order; frees of different values at one time commute. isl's AST generation
     grows steeply with statements, and an RL program frees ~100 values at a handful of
     distinct times."""
-    buckets = {}  # key -> [(representative map, [free maps in slot order])]
+    pieces = []
     for f in frees:
+        # isl's AST generator can misorder a statement whose schedule has several pieces
+        # (islpy 2026.2: a free placed before its last reader, found by tests/fuzz): one
+        # statement per piece
+        pieces += [isl.Map.from_basic_map(b) for b in f.get_basic_maps()] if f.n_basic_map() > 1 else [f]
+    buckets = {}  # key -> [(representative map, [free maps in slot order])]
+    for f in pieces:
         n = f.dim(isl.dim_type.out)
         g = f.set_tuple_name(isl.dim_type.in_, "B").project_out(isl.dim_type.out, n - 1, 1)
         for rep, ms in buckets.setdefault((str(g), f.dim(isl.dim_type.in_)), []):
@@ -85,10 +91,11 @@ def _batch_frees(frees: list) -> tuple[list, dict]:
                 break
         else:
             buckets[(str(g), f.dim(isl.dim_type.in_))].append((g, [f]))
-    maps, batches = [], {}
+    maps, batches, named = [], {}, set()
     for entries in buckets.values():
         for _, ms in entries:
-            if len(ms) == 1:
+            if len(ms) == 1 and ms[0].get_tuple_name(isl.dim_type.in_) not in named:
+                named.add(ms[0].get_tuple_name(isl.dim_type.in_))
                 maps.append(ms[0])
                 continue
             name = f"B{len(batches)}"
