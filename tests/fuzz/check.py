@@ -141,12 +141,17 @@ def shrink(desc: Desc, configs=CONFIGS, log=print) -> Desc:
     records replaced by plain ``tl.tensor`` sources of the same domain, shape and dtype)."""
     from .gen import Builder, Record
 
+    def kind(diffs):  # which configurations fail, and how (the error type, or values)
+        return {m.split(": ")[0] + (": " + m.split(": ")[1] if "Error" in m or "Fault" in m else "") for m in diffs}
+
+    want = kind(differences(desc, configs))
+
     def fails(d):
         try:
             build(d, Collect())
         except Exception:
             return False
-        return bool(differences(d, configs))
+        return bool(kind(differences(d, configs)) & want)
 
     def with_(records=None, sinks=None):
         return Desc(desc.dims, desc.bounds, list(records if records is not None else desc.records),

@@ -612,7 +612,8 @@ class Gen:
         init = self.base_for(o.shape, dom, o.dtype)
         p, decl = self.placeholder(o.shape, o.dtype, dom)
         carry = dim == "t" and dom == ("i", "t") and self.d.coin(0.5)
-        k = 1 if carry else self.d.pick((1, 1, 2))
+        # k = 2 needs D >= 2: else the init branch (d < 2) would cover an extension point
+        k = 1 if carry or self.bound(dim) < 2 else self.d.pick((1, 1, 2))
         cond = not carry and self.d.coin(0.25)
         prev = f"{p}[{self.pkey(dom, dim, f'{dim} - {k}')}]" if cond else p
         c = self.d.pick((0.5, -0.9, 0.75))
