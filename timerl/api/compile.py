@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from ..config import config
 from ..errors import CompileError
 from ..ir.analysis import analyze, live_nodes, resolve_bounds
 
@@ -31,7 +32,8 @@ def compile_program(prog, bounds, backend="numba", seed=0, memory_budget=None, p
     if backend == "reference":
         from ..runtime.reference import ReferenceExecutable
 
-        return ReferenceExecutable(prog, pdg.subgraph(analysis.live).copy(), bounds, seed, analysis, times)
+        check = config.check if check is None else bool(check)
+        return ReferenceExecutable(prog, pdg.subgraph(analysis.live).copy(), bounds, seed, analysis, times, check)
     from ..runtime.executable import build_executable
 
     return build_executable(prog, pdg, bounds, analysis, times, backend=backend, seed=seed,

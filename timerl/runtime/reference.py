@@ -18,6 +18,7 @@ from ..errors import CompileError, RuntimeFault
 from ..ir import rng
 from ..ir.ops import Op, Slice, nbytes
 from ..ir.semantics import evaluate
+from .checks import checks_finite, finite, nonfinite_fault
 from .index import compile_cond, compile_expr, compile_index, projector
 
 
@@ -64,8 +65,9 @@ class ReferenceSchedule:
 class ReferenceExecutable:
     backend = "reference"
 
-    def __init__(self, prog, pdg, bounds, seed, analysis, compile_seconds):
+    def __init__(self, prog, pdg, bounds, seed, analysis, compile_seconds, check=False):
         self.prog, self.pdg, self.bounds, self.seed = prog, pdg, bounds, seed
+        self.check = check  # non-finite detection (timerl.runtime.checks)
         self.analysis = analysis
         self.stats = {"peak_bytes": 0, "peak_host_bytes": 0, "compile_seconds": dict(compile_seconds),
                       "run_seconds": 0.0, "kernels": 0, "swapped_bytes": 0}
@@ -207,6 +209,8 @@ class ReferenceExecutable:
                     spatial = _concrete(pnode.shapes[e.out], self, pnode, self.empty_shape[(n, pt, e.pos)])
                     ins.append(np.zeros(shape + spatial, pnode.dtypes[e.out]))
             out = self._eval(n, node, pt, ins)
+            if self.check and out is not None and checks_finite(node) and not finite(out):
+                self._nonfinite(n, node, pt, out, ins)
             if out is not None:
                 vals[key] = out
                 live_bytes += sum(o.nbytes for o in out)
@@ -226,6 +230,12 @@ class ReferenceExecutable:
         self.stats["peak_bytes"] = peak
         self.stats["run_seconds"] = time.perf_counter() - t0
         return self
+
+    def _nonfinite(self, n, node, pt, out, ins):
+        where = ", ".join(f"{d.name} = {v}" for d, v in zip(node.domain, pt)) or "its only point"
+        fault = nonfinite_fault(node, where, out, ins, [self.pdg.rec(p).name for p, _ in self.pdg.inputs(n)])
+        if fault is not None:
+            raise fault
 
     def _eval(self, n, node, pt, ins):
         op = node.op
