@@ -12,6 +12,12 @@ from ..ir.pdg import PDG
 _local = threading.local()
 
 
+def building_program():
+    """The program of the innermost ``with prog:``, or None outside every one."""
+    stack = getattr(_local, "stack", None)
+    return stack[-1] if stack else None
+
+
 def current_program() -> "Program":
     stack = getattr(_local, "stack", None)
     if not stack:
@@ -101,7 +107,7 @@ class Program:
         from .compile import compile_program
 
         return compile_program(
-            self, bounds or {}, backend=backend, seed=seed, memory_budget=memory_budget, passes=passes, check=check
+            self, {} if bounds is None else bounds, backend=backend, seed=seed, memory_budget=memory_budget, passes=passes, check=check
         )
 
     def __repr__(self):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..errors import ShapeError, user_site
 from ..ir.ops import Op
+from .args import as_dtype, as_shape, who
 from .ops import as_tensor, make
 from .program import current_program
 from .tensor import RecurrentTensor
@@ -19,9 +20,15 @@ def udf(fn, inputs=(), out_shapes=(), out_dtypes=(), batched=False, state=None, 
     """
     if not callable(fn):
         raise TypeError(f"tl.udf: fn must be callable, got {type(fn).__name__}")
-    inputs = [as_tensor(x) for x in (inputs if isinstance(inputs, (list, tuple)) else [inputs])]
-    out_shapes = [tuple(s) for s in out_shapes]
-    out_dtypes = [np.dtype(d) for d in (out_dtypes if isinstance(out_dtypes, (list, tuple)) else [out_dtypes])]
+    what = who(f"tl.udf {getattr(fn, '__name__', fn)!r}", name) if name else \
+        f"tl.udf {getattr(fn, '__name__', fn)!r} at {user_site()}"
+    inputs = [as_tensor(x, what=f"{what}: input {k}")
+              for k, x in enumerate(inputs if isinstance(inputs, (list, tuple)) else [inputs])]
+    if not isinstance(out_shapes, (list, tuple)):
+        raise TypeError(f"{what}: out_shapes must be a list of shapes, one per output, got {out_shapes!r}")
+    out_shapes = [as_shape(s, what, f"out_shapes[{k}]", symbolic=True) for k, s in enumerate(out_shapes)]
+    out_dtypes = [as_dtype(d, what, f"out_dtypes[{k}]")
+                  for k, d in enumerate(out_dtypes if isinstance(out_dtypes, (list, tuple)) else [out_dtypes])]
     if len(out_shapes) != len(out_dtypes):
         raise ShapeError(f"tl.udf {getattr(fn, '__name__', fn)!r}: {len(out_shapes)} out_shapes but "
                          f"{len(out_dtypes)} out_dtypes")
@@ -38,8 +45,11 @@ def sink(x, fn, name=None):
     if not callable(fn):
         raise TypeError(f"tl.sink: fn must be callable, got {type(fn).__name__}")
     multi = isinstance(x, (list, tuple))
-    xs = [as_tensor(v) for v in (x if multi else [x])]
+    what = f"tl.sink at {user_site()}" if name is None else f"tl.sink {name!r}"
+    xs = [as_tensor(v, what=f"{what}: {'input ' + str(k) if multi else 'its input'}")
+          for k, v in enumerate(x if multi else [x])]
     for v in xs:
         if not isinstance(v, RecurrentTensor):
             raise TypeError("tl.sink takes tensors")
-    make(Op.SINK, xs, [], [], {"fn": fn, "multi": multi}, name=name)
+    make(Op.SINK, xs, [], [], {"fn": fn, "multi": multi, "fn_name": getattr(fn, "__name__", repr(fn)),
+                               "of": [v.name for v in xs]}, name=name)
