@@ -181,6 +181,9 @@ def check_program(tensors, what: str | None = None):
         a, b = list(progs.values())[:2]
         raise CompileError(f"{here}tensors {a.name!r} and {b.name!r} belong to different tl.Programs; build each "
                            "program from its own tensors")
+    if cur is None and tensors:
+        raise CompileError(f"{here}an op on tensor {tensors[0].name!r} is created outside `with prog:`; build every "
+                           "op of a program inside its `with` block")
     if cur is not None and tensors and tensors[0].prog is not cur:
         x = tensors[0]
         raise CompileError(f"{here}tensor {x.name!r} belongs to another tl.Program than the one of the enclosing "
