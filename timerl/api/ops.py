@@ -27,7 +27,7 @@ BINARY_FNS = ("add", "sub", "mul", "div", "mod", "floordiv", "pow", "lt", "le", 
               "logical_and", "logical_or")
 COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or")
 SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "floordiv": "//", "pow": "**", "lt": "<",
-           "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "logical_and": "&", "logical_or": "|"}
+           "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "logical_and": "&", "logical_or": "|", "matmul": "@"}
 
 
 # -- helpers --------------------------------------------------------------------------
@@ -159,7 +159,14 @@ def _promote(xs, what=None):
     return ts, dt
 
 
+def _int_axis(axis, who):
+    if not isinstance(axis, (int, np.integer)) or isinstance(axis, (bool, np.bool_)):
+        raise ArgTypeError(f"axis {describe(axis)} for tensor {who!r} must be an int")
+    return int(axis)
+
+
 def _norm_axis(axis, ndim, who):
+    axis = _int_axis(axis, who)
     ax = axis + ndim if axis < 0 else axis
     if not 0 <= ax < ndim:
         raise ShapeError(f"axis {axis} is out of range for {who!r} with {ndim} spatial axes")
@@ -296,7 +303,8 @@ def discounted(x, gamma, axis=0, cumulative=False) -> RecurrentTensor:
     if x.dtype.kind != "f":
         x = cast(x, F32)
     ax = _norm_axis(axis, x.ndim, x.name)
-    g = as_tensor(gamma, dtype=x.dtype, prog=x.prog)
+    g = as_tensor(gamma, dtype=x.dtype, prog=x.prog,
+                  what=f"discounted sum of tensor {x.name!r} at {user_site()}: gamma")
     if g.shape != ():
         raise ShapeError(f"discount gamma {g.name!r} must have shape (), got {g.shape}")
     g = cast(g, x.dtype)
@@ -311,7 +319,7 @@ def discounted(x, gamma, axis=0, cumulative=False) -> RecurrentTensor:
 
 
 def matmul(a, b) -> RecurrentTensor:
-    (a, b), dt = _promote([a, b])
+    (a, b), dt = _promote([a, b], _operand_what("matmul", [a, b]))
     sa, sb = a.shape, b.shape
     if not sa or not sb:
         raise ShapeError(f"matmul needs at least 1-d operands, got {a.name!r} {sa} and {b.name!r} {sb}")
@@ -408,6 +416,7 @@ def stack(xs, axis=0) -> RecurrentTensor:
         if x.ndim != xs[0].ndim or any(_differ(a, b) for a, b in zip(xs[0].shape, x.shape)):
             raise ShapeError(f"tl.stack: {xs[0].name!r} {xs[0].shape} and {x.name!r} {x.shape} differ in shape")
     nd = xs[0].ndim + 1
+    axis = _int_axis(axis, xs[0].name)
     ax = axis + nd if axis < 0 else axis
     if not 0 <= ax < nd:
         raise ShapeError(f"tl.stack: axis {axis} out of range for {nd - 1}-d tensors like {xs[0].name!r}")
@@ -425,6 +434,7 @@ def squeeze(x, axis=None) -> RecurrentTensor:
 
 def unsqueeze(x, axis) -> RecurrentTensor:
     x = as_tensor(x)
+    axis = _int_axis(axis, x.name)
     ax = axis + x.ndim + 1 if axis < 0 else axis
     if not 0 <= ax <= x.ndim:
         raise ShapeError(f"unsqueeze axis {axis} out of range for {x.name!r} with shape {x.shape}")
@@ -494,7 +504,9 @@ def spatial_index(x, key) -> RecurrentTensor:
 
 
 def take(x, idx, axis=None) -> RecurrentTensor:
-    x, idx = as_tensor(x), as_tensor(idx)
+    x = as_tensor(x)
+    idx = as_tensor(idx, what=f"take of tensor {x.name!r} at {user_site()}: the index") if not isinstance(
+        idx, RecurrentTensor) else idx
     if idx.dtype.kind not in "iu":
         raise ShapeError(f"take: index {idx.name!r} must be an integer tensor, got {idx.dtype}")
     if axis is None:
@@ -506,7 +518,9 @@ def take(x, idx, axis=None) -> RecurrentTensor:
 
 
 def take_along_axis(x, idx, axis=-1) -> RecurrentTensor:
-    x, idx = as_tensor(x), as_tensor(idx)
+    x = as_tensor(x)
+    idx = as_tensor(idx, what=f"take_along_axis of tensor {x.name!r} at {user_site()}: the index") if not \
+        isinstance(idx, RecurrentTensor) else idx
     if idx.dtype.kind not in "iu":
         raise ShapeError(f"take_along_axis: index {idx.name!r} must be an integer tensor, got {idx.dtype}")
     if idx.ndim != x.ndim:

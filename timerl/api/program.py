@@ -34,7 +34,13 @@ class Program:
     """
 
     def __init__(self, dims):
+        if not isinstance(dims, (str, list, tuple)) or not all(isinstance(n, str) for n in dims):
+            raise TypeError(f"tl.Program(dims): dims must be a string like \"i t\" or a sequence of names, "
+                            f"got {dims!r}")
         names = dims.split() if isinstance(dims, str) else list(dims)
+        bad = [n for n in names if not n.isidentifier()]
+        if bad:
+            raise ValueError(f"tl.Program(dims): dim names must be identifiers like i or t, got {dims!r}")
         if len(set(names)) != len(names) or not names and not isinstance(dims, (str, list, tuple)):
             raise ValueError(f"dim names must be distinct, got {names}")
         self.dims = tuple(Dim(n, k, self) for k, n in enumerate(names))
