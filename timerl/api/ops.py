@@ -393,7 +393,7 @@ def concat(xs, axis=0) -> RecurrentTensor:
     xs = list(xs)
     if not xs:
         raise ShapeError("tl.concat needs at least one tensor")
-    ts, dt = _promote(xs)
+    ts, dt = _promote(xs, lambda k: f"tl.concat at {user_site()}: entry {k}")
     nd = ts[0].ndim
     ax = _norm_axis(axis, nd, ts[0].name)
     for t in ts[1:]:
@@ -409,7 +409,8 @@ def concat(xs, axis=0) -> RecurrentTensor:
 
 
 def stack(xs, axis=0) -> RecurrentTensor:
-    xs = [as_tensor(x) for x in xs]
+    xs = [as_tensor(x, what=f"tl.stack at {user_site()}: entry {k}") if not isinstance(x, RecurrentTensor) else x
+          for k, x in enumerate(xs)]
     if not xs:
         raise ShapeError("tl.stack needs at least one tensor")
     for x in xs[1:]:
