@@ -526,3 +526,26 @@ def test_cli_debug_shows_the_traceback():
     with tl.config.override(debug=True):
         with pytest.raises(ArgError, match="--iterations must be a positive int"):
             main(["bench", "ppo", "--iterations", "0"])
+
+
+def test_sink_and_udf_functions_that_cannot_take_their_arguments():
+    prog, t, T = prog_t()
+    with prog:
+        x = data_x(t)
+        with pytest.raises(TypeError, match=rf"tl.sink at {HERE}: fn <lambda>\(v\) cannot be called with 2 "
+                                            r"positional argument\(s\) \(value, point\)"):
+            tl.sink(x, lambda v: None)
+        with pytest.raises(TypeError, match=r"tl.udf '<lambda>' 'env': fn <lambda>\(a, b\) cannot be called with 1 "
+                                            r"positional argument\(s\) \(one array per input, 1 input\(s\)\)"):
+            tl.udf(lambda a, b: a, [x], [()], ["float32"], name="env")
+        tl.sink(x, print)  # no signature to check
+        tl.udf(lambda *a: a[0], [x, x], [()], ["float32"])
+
+
+def test_batched_udf_returning_a_scalar():
+    prog, t, T = prog_t()
+    with prog:
+        (y,) = tl.udf(lambda v: 1.0, [data_x(t)], [()], ["float32"], batched=True)
+        tl.sink(y, lambda v, p: None)
+    with pytest.raises(tl.RuntimeFault, match=r"udf '<lambda>' .*\(batched\) output 0 at t = 0 is a scalar"):
+        prog.compile({"T": 4}, backend="reference").run()

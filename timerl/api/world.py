@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 
 from ..errors import ShapeError, user_site
@@ -20,8 +22,7 @@ def udf(fn, inputs=(), out_shapes=(), out_dtypes=(), batched=False, state=None, 
     """
     if not callable(fn):
         raise TypeError(f"tl.udf: fn must be callable, got {type(fn).__name__}")
-    what = who(f"tl.udf {getattr(fn, '__name__', fn)!r}", name) if name else \
-        f"tl.udf {getattr(fn, '__name__', fn)!r} at {user_site()}"
+    what = who(f"tl.udf {getattr(fn, '__name__', fn)!r}", name)
     inputs = [as_tensor(x, what=f"{what}: input {k}")
               for k, x in enumerate(inputs if isinstance(inputs, (list, tuple)) else [inputs])]
     if not isinstance(out_shapes, (list, tuple)):
@@ -30,8 +31,9 @@ def udf(fn, inputs=(), out_shapes=(), out_dtypes=(), batched=False, state=None, 
     out_dtypes = [as_dtype(d, what, f"out_dtypes[{k}]")
                   for k, d in enumerate(out_dtypes if isinstance(out_dtypes, (list, tuple)) else [out_dtypes])]
     if len(out_shapes) != len(out_dtypes):
-        raise ShapeError(f"tl.udf {getattr(fn, '__name__', fn)!r}: {len(out_shapes)} out_shapes but "
-                         f"{len(out_dtypes)} out_dtypes")
+        raise ShapeError(f"{what}: {len(out_shapes)} out_shapes but {len(out_dtypes)} out_dtypes; give one of each "
+                         "per output")
+    _check_arity(fn, len(inputs), what, f"one array per input, {len(inputs)} input(s)")
     if not inputs:
         current_program()
     outs = make(Op.UDF, inputs, out_shapes or [()], out_dtypes or [np.dtype("bool")],
@@ -51,5 +53,19 @@ def sink(x, fn, name=None):
     for v in xs:
         if not isinstance(v, RecurrentTensor):
             raise TypeError("tl.sink takes tensors")
+    _check_arity(fn, 2, what, "value, point")
     make(Op.SINK, xs, [], [], {"fn": fn, "multi": multi, "fn_name": getattr(fn, "__name__", repr(fn)),
                                "of": [v.name for v in xs]}, name=name)
+
+
+def _check_arity(fn, n, what, expect):
+    """``fn`` must accept ``n`` positional arguments; said when the op is created, not at run time."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # builtins without a signature: trust them
+        return
+    try:
+        sig.bind(*([None] * n))
+    except TypeError:
+        raise TypeError(f"{what}: fn {getattr(fn, '__name__', fn)}{sig} cannot be called with {n} positional "
+                        f"argument(s) ({expect})") from None

@@ -306,6 +306,9 @@ def call_udf(node, ins, pt, batch=None):
             raise RuntimeFault(f"{udf} output {k} at {where} is not an array ({e}); declared {tuple(shape)} {dt}") \
                 from e
         if batched and batch is None:
+            if r.ndim == 0:
+                raise RuntimeFault(f"{udf} (batched) output {k} at {where} is a scalar; a batched UDF returns "
+                                   f"arrays with a leading batch axis, declared (batch,) + {tuple(shape)}")
             r = r[0]
         want = tuple(shape) if batch is None else tuple(batch) + tuple(shape)
         if r.shape != want and all(isinstance(s, int) for s in shape):
