@@ -24,9 +24,20 @@ _KIND_HINT = {
 }
 
 
-def who(kind: str, name=None) -> str:
-    """``"tl.placeholder 'obs'"`` or, unnamed, ``"tl.placeholder at train.py:12"``."""
-    return f"{kind} {name!r}" if name else f"{kind} at {user_site()}"
+class who:
+    """``"tl.placeholder 'obs'"`` or, unnamed, ``"tl.placeholder at train.py:12"``; the user's line is
+    looked up only when a message is formatted (from inside the same call, so it is the same line)."""
+
+    __slots__ = ("kind", "name")
+
+    def __init__(self, kind: str, name=None):
+        self.kind, self.name = kind, name
+
+    def __str__(self):
+        return f"{self.kind} {self.name!r}" if self.name else f"{self.kind} at {user_site()}"
+
+    def __format__(self, spec):
+        return format(str(self), spec)
 
 
 def describe(v) -> str:
@@ -45,9 +56,14 @@ def _dtype_problem(dt: np.dtype) -> str | None:
 def value_array(x, what: str, dtype=None) -> np.ndarray:
     """``x`` (a number, numeric array or nested list of numbers) as an array; else ``ArgTypeError``.
 
-    ``what`` names the argument in the message, e.g. ``"the right operand of + with tensor 'x'"``.
+    ``what`` names the argument in the message, e.g. ``"the right operand of + with tensor 'x'"``,
+    or is a function returning that text (called only for a message).
     """
     from .tensor import RecurrentTensor
+
+    if isinstance(x, (bool, int, float)) or (isinstance(x, np.ndarray) and x.dtype.kind in _KINDS):
+        return np.asarray(x) if dtype is None else np.asarray(x, dtype=dtype)
+    what = what() if callable(what) else what
 
     fix = "pass a tensor, a number or a numeric numpy array"
     if x is None or isinstance(x, (str, bytes, dict, set, frozenset, complex)) or (
@@ -174,8 +190,11 @@ def check_program(tensors, what: str | None = None):
     """All tensors belong to one program, the one being built by the innermost ``with prog:``."""
     from .program import building_program
 
-    progs = {id(x.prog): x for x in tensors}
     cur = building_program()
+    first = tensors[0].prog if tensors else None
+    if cur is first and all(x.prog is first for x in tensors):
+        return
+    progs = {id(x.prog): x for x in tensors}
     here = f"{what}: " if what else f"at {user_site()}: "
     if len(progs) > 1:
         a, b = list(progs.values())[:2]

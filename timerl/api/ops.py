@@ -122,8 +122,7 @@ def as_tensor(x, dtype=None, prog=None, what=None) -> RecurrentTensor:
         raise TypeError(
             "an index expression or condition is not a tensor; use tl.dim_value(t) for the value of a dim"
         )
-    what = what or f"at {user_site()}: an argument"
-    value_array(x, what)
+    value_array(x, what or (lambda: f"at {user_site()}: an argument"))
     arr = np.asarray(x, dtype=dtype if dtype is not None else (None if not _is_scalar(x) else result_dtype(x)))
     return _const(arr, prog or current_program())
 
@@ -152,7 +151,7 @@ def _promote(xs, what=None):
     for k, x in enumerate(xs):
         if isinstance(x, (bool, int, float)) or isinstance(x, (RecurrentTensor, Expr, Cond)):
             continue
-        value_array(x, what(k) if what else f"at {user_site()}: argument {k}")
+        value_array(x, (lambda: what(k)) if what else (lambda: f"at {user_site()}: argument {k}"))
     dt = result_dtype(*xs)
     prog = _prog_of(*xs)
     ts = [as_tensor(x, dtype=dt, prog=prog) if not isinstance(x, RecurrentTensor) else x for x in xs]
@@ -223,11 +222,11 @@ def cast(x, dtype) -> RecurrentTensor:
 
 
 def where(c, a, b) -> RecurrentTensor:
-    site = user_site()  # where is rare enough to name the user's line eagerly
-    c = as_tensor(c, what=f"tl.where at {site}: the condition c")
+    c = as_tensor(c, what=lambda: f"tl.where at {user_site()}: the condition c")
     if c.dtype != BOOL:
         raise ShapeError(f"tl.where needs a bool condition, got {c.name!r} of dtype {c.dtype}")
-    (a, b), dt = _promote([a, b], lambda k: f"tl.where at {site}: argument {'ab'[k]} (with condition {c.name!r})")
+    (a, b), dt = _promote([a, b], lambda k: f"tl.where at {user_site()}: argument {'ab'[k]} (with condition "
+                                            f"{c.name!r})")
     shape = broadcast_shapes([c.shape, a.shape, b.shape], [c.name, a.name, b.name])
     return make(Op.WHERE, [c, a, b], [shape], [dt])[0]
 
@@ -241,11 +240,10 @@ def maximum(a, b):
 
 
 def clip(x, lo, hi):
-    site = user_site()
-    x = as_tensor(x, what=f"tl.clip at {site}: its argument x")
+    x = as_tensor(x, what=lambda: f"tl.clip at {user_site()}: its argument x")
     for arg, v in (("lo", lo), ("hi", hi)):
         if not isinstance(v, (RecurrentTensor, Expr, Cond)):
-            value_array(v, f"tl.clip of tensor {x.name!r} at {site}: {arg}")
+            value_array(v, lambda: f"tl.clip of tensor {x.name!r} at {user_site()}: {arg}")
     return maximum(minimum(x, hi), lo)
 
 
@@ -534,7 +532,7 @@ def take_along_axis(x, idx, axis=-1) -> RecurrentTensor:
 
 
 def one_hot(idx, n: int, dtype="float32") -> RecurrentTensor:
-    idx = as_tensor(idx, what=f"tl.one_hot at {user_site()}: the index")
+    idx = as_tensor(idx, what=lambda: f"tl.one_hot at {user_site()}: the index")
     if idx.dtype.kind not in "iu":
         raise ShapeError(f"one_hot: index {idx.name!r} must be an integer tensor, got {idx.dtype}")
     n = as_size(n, f"tl.one_hot of {idx.name!r}", "n", least=1)
@@ -554,7 +552,7 @@ def tensor(array, domain=(), requires_grad=False, name=None) -> RecurrentTensor:
     what = who("tl.tensor", name)
     if isinstance(array, RecurrentTensor):
         raise ArgTypeError(f"{what}: the data is already a tensor ({array.name!r}); use it directly")
-    arr = value_array(array, f"{what}: the data") if not isinstance(array, np.ndarray) else np.asarray(array)
+    arr = value_array(array, lambda: f"{what}: the data") if not isinstance(array, np.ndarray) else np.asarray(array)
     check_data(arr, what)
     arr = np.array(arr)
     as_domain(domain, prog, what)
@@ -578,7 +576,7 @@ def _const_of(value, shape, dtype, domain, name, what) -> RecurrentTensor:
     prog = current_program()
     if isinstance(value, RecurrentTensor):
         raise ArgTypeError(f"{what}: the value is already a tensor ({value.name!r}); use it directly")
-    value_array(value, f"{what}: the value")
+    value_array(value, lambda: f"{what}: the value")
     shape = as_shape(shape, what)
     domain = as_domain(domain, prog, what)
     if dtype is not None:

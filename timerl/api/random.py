@@ -9,7 +9,7 @@ import numpy as np
 
 from ..errors import ShapeError, user_site
 from ..ir.ops import Op
-from .args import as_dtype, as_shape, as_size, value_array
+from .args import as_dtype, as_shape, as_size, value_array, who
 from .ops import F32, I64, _domain, as_tensor, make
 from .program import current_program
 
@@ -19,7 +19,7 @@ def _shape(shape, what):
 
 
 def _float(v, what, arg):
-    value_array(v, f"{what}: {arg}")
+    value_array(v, lambda: f"{what}: {arg}")
     try:
         return float(v)
     except TypeError:
@@ -27,7 +27,7 @@ def _float(v, what, arg):
 
 
 def _random(dist, shape, dtype, domain, operands=(), **params):
-    what = f"tl.random.{dist} at {user_site()}"
+    what = who(f"tl.random.{dist}")
     prog = operands[0].prog if operands else current_program()
     dom = _domain(domain, prog, what)
     dtype = as_dtype(dtype, what)
@@ -38,21 +38,21 @@ def _random(dist, shape, dtype, domain, operands=(), **params):
 
 def uniform(shape=(), domain=(), low=0.0, high=1.0, dtype="float32"):
     """Uniform samples in ``[low, high)``, independent per point of ``domain``."""
-    what = f"tl.random.uniform at {user_site()}"
+    what = who("tl.random.uniform")
     return _random("uniform", _shape(shape, what), dtype, domain, low=_float(low, what, "low"),
                    high=_float(high, what, "high"))
 
 
 def normal(shape=(), domain=(), mean=0.0, std=1.0, dtype="float32"):
     """Standard normal samples (scaled by ``std``, shifted by ``mean``), independent per point."""
-    what = f"tl.random.normal at {user_site()}"
+    what = who("tl.random.normal")
     return _random("normal", _shape(shape, what), dtype, domain, mean=_float(mean, what, "mean"),
                    std=_float(std, what, "std"))
 
 
 def categorical(logits, domain=()):
     """One sample per row of ``logits`` (along its last axis): int64 of shape ``logits.shape[:-1]``."""
-    logits = as_tensor(logits, what=f"tl.random.categorical at {user_site()}: logits")
+    logits = as_tensor(logits, what=lambda: f"tl.random.categorical at {user_site()}: logits")
     if logits.ndim < 1:
         raise ShapeError(f"categorical: logits {logits.name!r} need at least one axis")
     if logits.dtype.kind != "f":
@@ -62,7 +62,7 @@ def categorical(logits, domain=()):
 
 def permutation(n, domain=()):
     """A fresh shuffle of ``range(n)`` per point of ``domain`` (int64, shape ``(n,)``)."""
-    n = as_size(n, f"tl.random.permutation at {user_site()}", "n")
+    n = as_size(n, who("tl.random.permutation"), "n")
     return _random("permutation", (n,), I64, domain, n=n)
 
 

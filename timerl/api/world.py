@@ -6,7 +6,7 @@ import inspect
 
 import numpy as np
 
-from ..errors import ShapeError, user_site
+from ..errors import ShapeError
 from ..ir.ops import Op
 from .args import as_dtype, as_shape, who
 from .ops import as_tensor, make
@@ -23,7 +23,7 @@ def udf(fn, inputs=(), out_shapes=(), out_dtypes=(), batched=False, state=None, 
     if not callable(fn):
         raise TypeError(f"tl.udf: fn must be callable, got {type(fn).__name__}")
     what = who(f"tl.udf {getattr(fn, '__name__', fn)!r}", name)
-    inputs = [as_tensor(x, what=f"{what}: input {k}")
+    inputs = [as_tensor(x, what=lambda k=k: f"{what}: input {k}")
               for k, x in enumerate(inputs if isinstance(inputs, (list, tuple)) else [inputs])]
     if not isinstance(out_shapes, (list, tuple)):
         raise TypeError(f"{what}: out_shapes must be a list of shapes, one per output, got {out_shapes!r}")
@@ -47,8 +47,8 @@ def sink(x, fn, name=None):
     if not callable(fn):
         raise TypeError(f"tl.sink: fn must be callable, got {type(fn).__name__}")
     multi = isinstance(x, (list, tuple))
-    what = f"tl.sink at {user_site()}" if name is None else f"tl.sink {name!r}"
-    xs = [as_tensor(v, what=f"{what}: {'input ' + str(k) if multi else 'its input'}")
+    what = who("tl.sink", name)
+    xs = [as_tensor(v, what=lambda k=k: f"{what}: {'input ' + str(k) if multi else 'its input'}")
           for k, v in enumerate(x if multi else [x])]
     for v in xs:
         if not isinstance(v, RecurrentTensor):
