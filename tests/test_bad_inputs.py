@@ -506,6 +506,7 @@ def test_keyboard_interrupt_is_not_wrapped(backend):
     (["show", "schedule", "reinforce", "--gamma", "-0.1"], "--gamma must be in [0, 1], got -0.1"),
     (["train", "ppo", "--gae-lambda", "2"], "--gae-lambda must be in [0, 1], got 2.0"),
     (["bench", "ppo", "--gae-lambda", "-0.5"], "--gae-lambda must be in [0, 1], got -0.5"),
+    (["show", "pdg", "reinforce", "--seed", "-1"], "--seed must be an int >= 0, got -1"),
 ])
 def test_cli_user_errors_exit_2_with_one_line(argv, match, capsys):
     rc = main(argv)
@@ -549,3 +550,8 @@ def test_batched_udf_returning_a_scalar():
         tl.sink(y, lambda v, p: None)
     with pytest.raises(tl.RuntimeFault, match=r"udf '<lambda>' .*\(batched\) output 0 at t = 0 is a scalar"):
         prog.compile({"T": 4}, backend="reference").run()
+
+
+def test_make_env_negative_seed():
+    with pytest.raises(tl.rl.envs.EnvError, match=r"seed must be an int >= 0, got -1"):
+        tl.rl.make_env("trivial", 2, seed=-1)
