@@ -555,3 +555,11 @@ def test_batched_udf_returning_a_scalar():
 def test_make_env_negative_seed():
     with pytest.raises(tl.rl.envs.EnvError, match=r"seed must be an int >= 0, got -1"):
         tl.rl.make_env("trivial", 2, seed=-1)
+
+
+def test_domain_string_in_a_one_dim_program():
+    prog, t, T = prog_t()
+    with prog:
+        with pytest.raises(tl.ArgTypeError, match=r"tl.placeholder 'g': domain='t' \(a str\) is not a tuple of dims; "
+                                                  r"pass e\.g\. domain=\(t,\) with t, = prog.dims"):
+            tl.placeholder((), "float32", "t", name="g")

@@ -53,7 +53,7 @@ def _dtype_problem(dt: np.dtype) -> str | None:
     return f"dtype {dt}: {_KIND_HINT.get(dt.kind, 'not numbers')}"
 
 
-def value_array(x, what: str, dtype=None) -> np.ndarray:
+def value_array(x, what) -> np.ndarray:
     """``x`` (a number, numeric array or nested list of numbers) as an array; else ``ArgTypeError``.
 
     ``what`` names the argument in the message, e.g. ``"the right operand of + with tensor 'x'"``,
@@ -62,9 +62,8 @@ def value_array(x, what: str, dtype=None) -> np.ndarray:
     from .tensor import RecurrentTensor
 
     if isinstance(x, (bool, int, float)) or (isinstance(x, np.ndarray) and x.dtype.kind in _KINDS):
-        return np.asarray(x) if dtype is None else np.asarray(x, dtype=dtype)
+        return np.asarray(x)
     what = what() if callable(what) else what
-
     fix = "pass a tensor, a number or a numeric numpy array"
     if x is None or isinstance(x, (str, bytes, dict, set, frozenset, complex)) or (
         not isinstance(x, (numbers.Number, np.ndarray, np.generic, list, tuple))
@@ -74,10 +73,10 @@ def value_array(x, what: str, dtype=None) -> np.ndarray:
         raise ArgTypeError(f"{what} is a {type(x).__name__} holding tensors; combine tensors with tl.stack or "
                            "tl.concat")
     try:
-        arr = np.asarray(x) if dtype is None else np.asarray(x, dtype=dtype)
+        arr = np.asarray(x)
     except (ValueError, TypeError) as e:
         raise ArgTypeError(f"{what} is {describe(x)}, which is not a numeric array ({e}); {fix}") from None
-    bad = _dtype_problem(np.asarray(x).dtype if dtype is not None else arr.dtype)
+    bad = _dtype_problem(arr.dtype)
     if bad:
         raise ArgTypeError(f"{what} is {describe(x)} of {bad}; {fix} (bool, int or float)")
     return arr
@@ -162,8 +161,8 @@ def _fmt(shape):
 def as_domain(domain, prog, what: str) -> tuple:
     """A tuple of distinct dims of ``prog`` (a single dim is its own domain), in program order."""
     names = ", ".join(d.name for d in prog.dims)
-    example = f"domain=({names},) with {names} = prog.dims" if len(prog.dims) == 1 else \
-        f"domain=({names}) with {names} = prog.dims"
+    example = {0: "domain=()", 1: f"domain=({names},) with {names}, = prog.dims"}.get(
+        len(prog.dims), f"domain=({names}) with {names} = prog.dims")
     if isinstance(domain, Dim):
         entries = (domain,)
     elif isinstance(domain, (tuple, list)):
