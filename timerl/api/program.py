@@ -113,7 +113,8 @@ class Program:
         from .compile import compile_program
 
         return compile_program(
-            self, {} if bounds is None else bounds, backend=backend, seed=seed, memory_budget=memory_budget, passes=passes, check=check
+            self, {} if bounds is None else bounds, backend=backend, seed=seed, memory_budget=memory_budget,
+            passes=passes, check=check,
         )
 
     def __repr__(self):

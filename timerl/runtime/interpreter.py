@@ -85,7 +85,8 @@ class Lowering:
         self.backend, self.kernels = backend, {}
         self.groups, self.tree, self.donated, self.mode = groups, tree, donated, mode
         self.ns = {"np": np, "gather": gather, "gather_keys": gather_keys, "RuntimeFault": RuntimeFault,
-                   "call_udf": call_udf, "call_sink": call_sink, "ro": _readonly, "evaluate": evaluate, "rng": rng, "min": min, "max": max}
+                   "call_udf": call_udf, "call_sink": call_sink, "ro": _readonly, "evaluate": evaluate, "rng": rng,
+                   "min": min, "max": max}
         self.stored = set()
 
     # names ---------------------------------------------------------------------------
