@@ -27,7 +27,8 @@ BINARY_FNS = ("add", "sub", "mul", "div", "mod", "floordiv", "pow", "lt", "le", 
               "logical_and", "logical_or")
 COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or")
 SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "floordiv": "//", "pow": "**", "lt": "<",
-           "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "logical_and": "&", "logical_or": "|", "matmul": "@"}
+           "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "logical_and": "&", "logical_or": "|",
+           "matmul": "@"}
 
 
 # -- helpers --------------------------------------------------------------------------
