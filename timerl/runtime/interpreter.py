@@ -28,7 +28,7 @@ from ..ir.semantics import BINARY, UNARY, evaluate
 from ..kernels import cpu
 from ..schedule.tree import render
 from .checks import checks_finite, finite, nonfinite_fault
-from .reference import _readonly, call_udf
+from .reference import _readonly, call_sink, call_udf
 from .stores import BlockStore
 
 
@@ -86,7 +86,8 @@ class Lowering:
         self.backend, self.kernels = backend, {}
         self.groups, self.tree, self.donated, self.mode = groups, tree, donated, mode
         self.ns = {"np": np, "gather": gather, "gather_keys": gather_keys, "RuntimeFault": RuntimeFault,
-                   "call_udf": call_udf, "ro": _readonly, "evaluate": evaluate, "rng": rng, "min": min, "max": max}
+                   "call_udf": call_udf, "call_sink": call_sink, "ro": _readonly, "evaluate": evaluate, "rng": rng,
+                   "min": min, "max": max}
         self.stored = set()
 
     # names ---------------------------------------------------------------------------
@@ -175,7 +176,7 @@ class Lowering:
             vs = [f"ro({a})" for a in args]
             v = f"[{', '.join(vs)}]" if node.attrs["multi"] else vs[0]
             pt = "{" + ", ".join(f"'{d.name}': d_{d.name}" for d in node.domain) + "}"
-            L.append(f"{self.sym(f'fn{n}', node.attrs['fn'])}({v}, {pt})")
+            L.append(f"call_sink({self.sym(f'node{n}', node)}, {v}, {pt})")
             return L
         elif op in (Op.UNARY, Op.BINARY) and self._fast(n, node, ins):
             fn, cast = self._fast(n, node, ins)
