@@ -231,14 +231,18 @@ class Lowering:
         kid = f"K{chain[0]}"
         self.kernels[kid] = src
         self.ns[kid] = kern
-        cshape = self.sym(f"shape{chain[0]}", tuple(self.pdg.rec(chain[0]).shape))
-        args = []
+        target = tuple(self.pdg.rec(chain[0]).shape)
+        args = [self.sym(f"shape{chain[0]}", target)]
         for p, e, shape in ext:
             a = self.read(chain[0], p, e)
             if self.mode == "check":  # the kernel indexes each operand by its declared shape: hold it to that
                 want = self.sym(f"shp{p}_{e.out}", shape)
                 a = f"chk_shape({a}, {want}, {p}, {chain[0]})"
-            args.append(f"float({a})" if not shape else f"np.broadcast_to({a}, {cshape})")
+            if not shape:
+                a = f"float({a})"
+            elif len(shape) < len(target):  # prepend length-1 axes: the kernel takes arrays of the chain's rank
+                a = f"{a}.reshape({self.sym(f'pad{p}_{e.out}', (1,) * (len(target) - len(shape)) + shape)})"
+            args.append(a)
         k = self.key(g.domain)
         L = [f"r = {kid}({', '.join(args)})"]
         if self.mode == "check":
@@ -426,7 +430,7 @@ class Lowering:
     def _chain_fault(self, chain_ext, r, args, k):
         """A fused chain produced inf/NaN: find its first op that did so from finite inputs (numpy rules)."""
         chain, ext = chain_ext
-        pos = {(p, e.out): j for j, (p, e, _) in enumerate(ext)}
+        pos = {(p, e.out): j + 1 for j, (p, e, _) in enumerate(ext)}  # args[0] is the chain's shape
         vals, propagated = {}, False
         for m in chain:
             node = self.pdg.rec(m)
