@@ -27,7 +27,8 @@ from .api import functions as F
 from .api import ops as O
 from .api.program import current_program
 from .api.tensor import RecurrentTensor
-from .errors import ShapeError
+from .api.args import as_domain, as_dtype, as_shape, as_size, who
+from .errors import ArgTypeError, ShapeError
 
 __all__ = ["Parameter", "Module", "Linear", "MLP", "orthogonal", "at"]
 
@@ -87,8 +88,10 @@ def Parameter(shape, domain=None, init="zeros", dtype="float32", gain=1.0, seed=
     branch with the update. It requires a gradient.
     """
     prog = current_program()
+    what = who("tl.nn.Parameter", name)
+    as_domain(_default_domain(None) if domain is None else domain, prog, what)
     domain = _default_domain(domain)
-    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (int(shape),)
+    shape, dtype = as_shape(shape, what), as_dtype(dtype, what)
     rng = np.random.default_rng(prog._count if seed is None else seed)
     value = _init_value(init, shape, np.dtype(dtype), gain, rng)
     p = O.placeholder(shape, dtype, domain, name=name or "parameter")
@@ -154,8 +157,10 @@ class Linear(Module):
 
     def __init__(self, n_in, n_out, domain=None, init="orthogonal", gain=1.0, bias=True, bias_init=0.0,
                  dtype="float32", seed=None, name=None):
+        what = who("tl.nn.Linear", name)
         name = name or "Linear"
-        self.n_in, self.n_out = int(n_in), int(n_out)
+        self.n_in = as_size(n_in, what, "n_in", least=1)
+        self.n_out = as_size(n_out, what, "n_out", least=1)
         self.weight = Parameter((self.n_in, self.n_out), domain, init, dtype, gain, seed, name=f"{name}.weight")
         self.bias = Parameter((self.n_out,), domain, np.full(self.n_out, bias_init, dtype), dtype,
                               name=f"{name}.bias") if bias else None
@@ -182,7 +187,13 @@ class MLP(Module):
         if activation not in _ACT:
             raise ValueError(f"unknown activation {activation!r}; use 'tanh', 'relu', 'sigmoid' or None")
         self.activation = activation
+        what = who("tl.nn.MLP", name)
         name = name or "MLP"
+        if not isinstance(sizes, (list, tuple)) or len(sizes) < 2:
+            raise ArgTypeError(f"{what}: sizes={sizes!r} must be a list of at least two layer widths, "
+                               "e.g. [n_in, 64, 64, n_out]")
+        for k, s in enumerate(sizes):
+            as_size(s, what, f"sizes[{k}]", least=1)
         n = len(sizes) - 1
         self.layers = [
             Linear(a, b, domain, init, out_gain if k == n - 1 else gain, dtype=dtype,
