@@ -68,6 +68,11 @@ def test_compare_reports_values_dtypes_and_points():
     assert compare({**same, "s0": {(0,): np.array([1.0, 2.01], "float32")}}, want, {})
     assert compare({**same, "s0": {(0,): np.array([1.0, 2.0], "float64")}}, want, {})  # dtypes must agree
     assert compare({**same, "s0": {(1,): np.array([1.0, 2.0], "float32")}}, want, {})  # and the points
+    # a float64 value computed from float32 ones is compared at float32's accuracy
+    w64 = {"s0": {(): np.array(0.29608434873137296)}}
+    g64 = {"s0": {(): np.array(0.2960843441867812)}}
+    assert compare(g64, w64, {"s0": (1.0, False)})
+    assert compare(g64, w64, {"s0": (1.0, True)}) == []
     nan = {"s0": {(0,): np.array([np.nan, 2.0], "float32")}, "s1": {(): np.array(3)}}
     assert compare(nan, nan, {}) == []
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -110,6 +111,7 @@ class Value:
     dtype: str
     mag: float
     pool: bool
+    lowp: bool = False  # computed from float32 values: float32 accuracy, whatever its dtype
 
 
 @dataclass
@@ -167,8 +169,10 @@ class Builder:
         with self.prog:
             exec("\n".join(rec.lines), self.ns)  # noqa: S102 - the generator's own source
         t = self.ns[name]
-        v = Value(name, tuple(d.name for d in t.domain), tuple(s if isinstance(s, int) else str(s) for s in t.shape), t.dtype.name, rec.mag,
-                  rec.pool)
+        refs = {int(k) for ln in rec.lines for k in re.findall(r"\bv(\d+)\b", ln)} - {len(self.values)}
+        lowp = t.dtype in (np.float32, np.float16) or any(self.values[k].lowp for k in refs)
+        shape = tuple(s if isinstance(s, int) else str(s) for s in t.shape)
+        v = Value(name, tuple(d.name for d in t.domain), shape, t.dtype.name, rec.mag, rec.pool, lowp)
         self.desc.records.append(rec)
         self.values.append(v)
         return v
@@ -185,13 +189,15 @@ class Builder:
 def build(desc: Desc, collect):
     """A fresh program from ``desc`` whose sinks report to ``collect("s<k>")``.
 
-    Returns ``(prog, mags)``, ``mags[sink name]`` a bound on the magnitude of its values."""
+    Returns ``(prog, scales)``, ``scales[sink name] = (mag, lowp)``: a bound on the magnitude
+    of its values, and whether they were computed from float32 values (for tolerances)."""
     b = Builder(desc.dims, desc.bounds)
     for rec in desc.records:
         b.add(rec)
     mags = {}
     for k, names in enumerate(desc.sinks):
-        mags[f"s{k}"] = max(b.values[int(n[1:])].mag for n in names)
+        vs = [b.values[int(n[1:])] for n in names]
+        mags[f"s{k}"] = (max(v.mag for v in vs), any(v.lowp for v in vs))
         b.sink(names, collect)
     return b.prog, mags
 
