@@ -2,15 +2,15 @@
 
 The generator and the checker live in ``tests/fuzz`` (see its ``__main__`` for the long
 run: ``python -m tests.fuzz --examples 2000``). Here: the generator's structure first (no
-compile), then a fixed, derandomized set of programs on every backend and pass switch,
-then the seeds that once found a defect.
+compile), then a fixed, derandomized set of programs on every backend and pass switch.
+Defects the fuzzer found have minimal programs in ``tests/test_fuzz_regressions.py``
+(a seed names a program only for one version of the generator).
 """
 
 import collections
 import re
 
 import numpy as np
-import pytest
 from fuzz.check import CONFIGS, PASSES, compact, compare, differences, run
 from fuzz.gen import HypothesisDraw, SeedDraw, generate
 from hypothesis import HealthCheck, Phase, given, settings
@@ -106,19 +106,4 @@ def test_compact_drops_what_no_sink_needs():
 @given(programs())
 def test_random_programs_match_reference(desc):
     diffs = differences(desc)
-    assert not diffs, "\n".join(diffs[:10])
-
-
-# (seed, --max-records) of `python -m tests.fuzz` runs that found a defect
-# (minimal programs in tests/test_fuzz_regressions.py)
-FOUND = {
-    (28, 10): "numba: a fused chain read an operand of a broadcast shape as if it had the chain's shape",
-    (26, 10): "memory_budget: the plan counted a donation the run does not do, the run broke the budget",
-    (20247, 16): "group off: isl's AST put a two-piece free before its last reader (read after free)",
-}
-
-
-@pytest.mark.parametrize("seed,records", sorted(FOUND))
-def test_seeds_that_found_defects(seed, records):
-    diffs = differences(generate(SeedDraw(seed), records))
     assert not diffs, "\n".join(diffs[:10])

@@ -77,3 +77,21 @@ def test_schedule_tree_keeps_a_free_with_two_pieces_after_its_last_reader():
     assert order.index(("free", 0, (0,))) == order.index(("exec", 29, (0,))) + 1
     assert order.index(("free", 16, (2,))) > order.index(("exec", 28, (2,)))
     assert len(order) == len(set(order)) == 3 + 2 + 3 + 2 + 3 + 3
+
+
+def test_numba_chain_reads_a_smaller_operand_by_its_own_shape():
+    # fuzz seed 28 (first generator): abs/relu/relu of a (1,) value, then minimum with a (2,)
+    # one and abs: the (2,)-chain read the (1,)-chain's output at index 1 (garbage); fixed
+    # on main (bc5e675, operands indexed by their own static shapes)
+    def run(backend):
+        out = {}
+        prog = tl.Program("t")
+        with prog:
+            x = tl.tensor(np.array([-0.3], "float32"))
+            u = tl.tensor(np.array([0.9, 0.1], "float32"))
+            tl.sink(tl.abs(tl.minimum(tl.relu(tl.relu(tl.abs(x))), u)), lambda v, p: out.__setitem__("v", v.copy()))
+        prog.compile({}, backend=backend).run()
+        return out["v"]
+
+    np.testing.assert_array_equal(run("numba"), run("reference"))
+    np.testing.assert_array_equal(run("reference"), np.array([0.3, 0.1], "float32"))

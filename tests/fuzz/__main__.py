@@ -8,6 +8,8 @@ on the reference executor and on every backend, pass switch and checking mode, k
 going past failures and prints, for each failing program, its seed, the first
 differences and the command that replays it. ``--replay`` rebuilds one program, prints
 its source (runnable as is) and every difference; ``--shrink`` first reduces it.
+A seed names a program for one version of the generator (``tests/fuzz/gen.py``): keep
+the printed source, not the seed, in a regression test.
 """
 
 from __future__ import annotations
