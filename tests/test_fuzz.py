@@ -11,6 +11,7 @@ import collections
 import re
 
 import numpy as np
+import pytest
 from fuzz.check import CONFIGS, PASSES, compact, compare, differences, run
 from fuzz.gen import HypothesisDraw, SeedDraw, generate
 from hypothesis import HealthCheck, Phase, given, settings
@@ -99,11 +100,21 @@ def test_compact_drops_what_no_sink_needs():
 # -- values against the reference executor ----------------------------------------------------
 
 
-# derandomized: the same programs on every run; no shrinking (each try compiles ~8 times),
-# the failing program's source is printed whole; reduce it with `python -m tests.fuzz`
-@settings(max_examples=24, derandomize=True, database=None, deadline=None, phases=[Phase.generate],
+# the CI set: fixed seeds (each test id names its replay: python -m tests.fuzz --replay SEED)
+CI_SEEDS = range(16)
+
+
+@pytest.mark.parametrize("seed", CI_SEEDS)
+def test_seeded_programs_match_reference(seed):
+    diffs = differences(generate(SeedDraw(seed)))
+    assert not diffs, f"replay: python -m tests.fuzz --replay {seed}\n" + "\n".join(diffs[:10])
+
+
+# hypothesis draws the same generator's choices, biased to edge cases (one point, one record);
+# derandomized, and no shrinking (each try compiles ~9 times): the failing source is printed whole
+@settings(max_examples=8, derandomize=True, database=None, deadline=None, phases=[Phase.generate],
           suppress_health_check=list(HealthCheck))
 @given(programs())
-def test_random_programs_match_reference(desc):
+def test_hypothesis_programs_match_reference(desc):
     diffs = differences(desc)
     assert not diffs, "\n".join(diffs[:10])
