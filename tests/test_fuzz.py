@@ -38,7 +38,8 @@ def test_generator_covers_every_record_kind():
         kinds[desc.dims] += 1
         for rec in desc.records:
             src = "\n".join(rec.lines)
-            for what, pat in {"placeholder": r"tl\.placeholder", "shift": r"\[(i|t) - \d\]", "ahead": r"\[(i|t) \+ \d\]",
+            for what, pat in {"placeholder": r"tl\.placeholder", "shift": r"\[(i|t) - \d\]",
+                              "ahead": r"\[(i|t) \+ \d\]",
                               "window": r"\[.*:tl\.min\(", "prefix": r"0:(i|t) \+ 1", "suffix": r"(i|t):(I|T)\]",
                               "carry": r"\[i - 1, T\]", "condition": r"\[[^\]]*(%|>|<|==)", "udf": r"tl\.udf",
                               "random": r"tl\.random", "matmul": r" @ ", "astype": r"astype\('(int64|float64)'",

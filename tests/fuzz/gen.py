@@ -348,7 +348,8 @@ class Gen:
             v = self.nxt()
             self.add(f"{v} = tl.exp({a.name})", math.exp(a.mag))
         elif fn in ("log", "sqrt"):
-            self.add(f"{v} = tl.{fn}(tl.abs({x}) + 0.5)", max(1.0, math.log(a.mag + 1) if fn == "log" else math.sqrt(a.mag + 1)))
+            mag = math.log(a.mag + 1) if fn == "log" else math.sqrt(a.mag + 1)
+            self.add(f"{v} = tl.{fn}(tl.abs({x}) + 0.5)", max(1.0, mag))
         elif fn == "neg":
             self.add(f"{v} = -{x}", a.mag)
         elif fn == "square":
@@ -541,7 +542,8 @@ class Gen:
                      a.mag + b.mag)
             return
         shape, v = (() if fn == "total" else a.shape), self.nxt()
-        mag = {"twice_tanh": 2.0 if np.dtype(dt).kind == "f" else 2 * a.mag, "flip": a.mag}.get(fn, a.mag * max(1, int(np.prod(a.shape))))
+        mag = {"twice_tanh": 2.0 if np.dtype(dt).kind == "f" else 2 * a.mag, "flip": a.mag}.get(
+            fn, a.mag * max(1, int(np.prod(a.shape))))
         self.add(f"{v}, = tl.udf(_udf(UDFS[{fn!r}], {dt!r}), [{a.name}], [{shape}], [{dt!r}])", mag)
 
     def r_window(self):
@@ -676,11 +678,13 @@ class Gen:
         k = self.d.int(0, 2)
         other = [x for x in dom if x != dim]
         cond = self.d.pick([f"({dim} % 2) == 0", f"{dim} > {k}", f"{dim} == {k}", f"~({dim} < {k})"]
-                           + ([f"({dim} > {k}) & ({other[0]} == 0)", f"({dim} == 0) | ({other[0]} > 0)"] if other else []))
+                           + ([f"({dim} > {k}) & ({other[0]} == 0)", f"({dim} == 0) | ({other[0]} > 0)"]
+                              if other else []))
         lines = [decl, f"{p}[{cond}] = {a.name}"]
         mag = max(a.mag, b.mag)
         if self.d.coin(0.4):
-            lines.append(f"{p}[({dim} % 2) == 1] = {self.key(Value(p, dom, shape, dtype, 0, True), dim, dim + ' - 1')} * 0.5")
+            prev = self.key(Value(p, dom, shape, dtype, 0, True), dim, dim + " - 1")
+            lines.append(f"{p}[({dim} % 2) == 1] = {prev} * 0.5")
         lines += [f"{p}[{', '.join(dom)}] = {b.name}", f"{self.nxt()} = {p}"]
         self.add(lines, mag)
 
