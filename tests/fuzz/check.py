@@ -2,7 +2,8 @@
 
 ``CONFIGS`` lists ``(backend, compile keywords)``: each backend with its defaults, with
 each pass of ``timerl.passes`` switched off in turn (new passes are picked up by name),
-and in checking mode (every read and free instrumented). ``differences`` returns one
+in checking mode (every read and free instrumented), and the first backend under the
+least ``memory_budget`` the compiler says it can meet. ``differences`` returns one
 line per configuration whose sinks differ from the reference executor's, or that fails
 where the reference executor does not.
 """
@@ -137,8 +138,6 @@ def differences(desc: Desc, configs=CONFIGS) -> list[str]:
     return out
 
 
-__all__ = ["CONFIGS", "PASSES", "configs", "label", "run", "compare", "differences", "tl"]
-
 
 def shrink(desc: Desc, configs=CONFIGS, log=print) -> Desc:
     """A smaller program that still differs on one of ``configs`` (greedy: fewer sinks, then
@@ -213,3 +212,6 @@ def compact(desc: Desc) -> Desc:
     recs = [Record(tuple(ren(ln) for ln in r.lines), r.mag, r.pool) for k, r in enumerate(desc.records) if k in need]
     sinks = [tuple(f"v{new[int(n[1:])]}" for n in s) for s in desc.sinks]
     return Desc(desc.dims, desc.bounds, recs, sinks, desc.seed)
+
+
+__all__ = ["CONFIGS", "PASSES", "configs", "label", "run", "compare", "differences", "shrink", "compact"]
