@@ -22,8 +22,11 @@ def udf(fn, inputs=(), out_shapes=(), out_dtypes=(), batched=False, state=None, 
     spatial shape and dtype; ``fn`` receives numpy arrays and returns one array per output (a
     single array when there is one output). UDFs are never fused; UDFs sharing a ``state``
     key run in program order relative to each other (e.g. an environment's ``reset`` and
-    ``step``). ``batched`` is accepted for API compatibility. A non-callable ``fn`` is a
-    ``TypeError``; unequal ``out_shapes`` / ``out_dtypes`` a :class:`tl.ShapeError`.
+    ``step``). ``batched=True`` declares that ``fn`` takes and returns arrays with a leading
+    axis of points (a single point arrives with a leading axis of length 1). A non-callable
+    ``fn`` is a ``TypeError``; unequal ``out_shapes`` / ``out_dtypes`` a :class:`tl.ShapeError`;
+    ``fn`` raising, or returning the wrong number or shapes of arrays, a :class:`tl.RuntimeFault`
+    naming the UDF and the point.
 
         (y,) = tl.udf(lambda a: np.sin(a), [x], [x.shape], ["float32"], name="sin")
     """
