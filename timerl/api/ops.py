@@ -640,16 +640,21 @@ def zeros(shape, dtype="float32", domain=(), name=None):
 
 
 def ones(shape, dtype="float32", domain=(), name=None):
+    """A constant tensor of ones, spatial ``shape``, in ``dtype`` (float32), over ``domain``."""
     return _const_of(1, shape, dtype, domain, name, who("tl.ones", name))
 
 
 def arange(n, dtype="int64", name=None):
+    """The constant ``0, 1, ..., n - 1`` (int64, shape ``(n,)``)."""
     what = who("tl.arange", name)
     n, dtype = as_size(n, what), as_dtype(dtype, what)
     return _const_of(np.arange(n, dtype=dtype), (), dtype, (), name, what)
 
 
 def dim_value(d, name=None) -> RecurrentTensor:
+    """The current value of dim ``d`` as an int64 scalar tensor over ``(d,)``: ``tl.dim_value(t) > 0``
+    is a bool tensor; ``tl.dim_value(k) % M`` picks a minibatch. Not a dim: a ``TypeError``.
+    """
     if not isinstance(d, Dim):
         raise ArgTypeError(f"{who('tl.dim_value', name)}: {describe(d)} is not a dim; pass one of prog.dims")
     prog = d.program

@@ -23,8 +23,9 @@ def udf(fn, inputs=(), out_shapes=(), out_dtypes=(), batched=False, state=None, 
     single array when there is one output). UDFs are never fused; UDFs sharing a ``state``
     key run in program order relative to each other (e.g. an environment's ``reset`` and
     ``step``). ``batched=True`` declares that ``fn`` takes and returns arrays with a leading
-    axis of points (a single point arrives with a leading axis of length 1). A non-callable
-    ``fn`` is a ``TypeError``; unequal ``out_shapes`` / ``out_dtypes`` a :class:`tl.ShapeError`;
+    axis of points (a single point arrives with a leading axis of length 1). An ``fn`` that is
+    not callable or cannot take one array per input is a ``TypeError`` when the UDF is created;
+    unequal ``out_shapes`` / ``out_dtypes`` a :class:`tl.ShapeError`;
     ``fn`` raising, or returning the wrong number or shapes of arrays, a :class:`tl.RuntimeFault`
     naming the UDF and the point.
 
@@ -59,7 +60,8 @@ def sink(x, fn, name=None):
     (copy it to keep it); ``point`` is a dict from dim name to int. Sinks demand every point
     ``0 <= d < D`` of every dim of ``x`` (sink ``x[i, T]`` to observe a shift-extension point).
     ``tl.sink([x, y], fn)`` calls ``fn([vx, vy], point)`` at the points they share. A sink keeps
-    what it reads alive: what no sink or parameter update needs is dead code.
+    what it reads alive: what no sink or parameter update needs is dead code. An ``fn`` that is
+    not callable or cannot take ``(value, point)`` is a ``TypeError`` when the sink is created.
 
         out = {}
         tl.sink(g, lambda v, p: out.__setitem__((p["i"], p["t"]), float(v)))
