@@ -95,3 +95,27 @@ def test_numba_chain_reads_a_smaller_operand_by_its_own_shape():
 
     np.testing.assert_array_equal(run("numba"), run("reference"))
     np.testing.assert_array_equal(run("reference"), np.array([0.3, 0.1], "float32"))
+
+
+@pytest.mark.parametrize("backend", ["reference", "numpy", "numba"])
+def test_checking_mode_accepts_the_mean_of_an_empty_slice(backend):
+    # fuzz (empty windows): x[t + 1:T].mean() is NaN at t = T - 1 by definition (API: an empty
+    # slice's mean is NaN); checking mode's non-finite check raised a RuntimeFault there
+    out = {}
+    prog = tl.Program("t")
+    (t,), (T,) = prog.dims, prog.bounds
+    with prog:
+        x = tl.tensor(np.arange(1, 4, dtype="float32"), domain=(t,))
+        tl.sink(x[t + 1:T].mean(axis=0), lambda v, p: out.__setitem__(p["t"], float(v)))
+    prog.compile({"T": 3}, backend=backend, check=True).run()
+    assert out[0] == 2.5 and out[1] == 3.0 and np.isnan(out[2])
+
+
+def test_checking_mode_still_faults_on_a_nan_from_finite_inputs():
+    prog = tl.Program("t")
+    (t,) = prog.dims
+    with prog:
+        x = tl.tensor(np.arange(1, 4, dtype="float32"), domain=(t,))
+        tl.sink(tl.log(x - 2.5).mean(), lambda v, p: None)
+    with pytest.raises(tl.RuntimeFault, match="non-finite"):
+        prog.compile({"T": 3}, backend="numpy", check=True).run()

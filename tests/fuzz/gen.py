@@ -551,10 +551,16 @@ class Gen:
         a = self.squash(a, CAPS["reduce"])
         dim = self.d.pick(a.domain)
         D, B = self.bound(dim), dim.upper()
-        kind = self.d.pick(("fwd", "prefix", "suffix", "const", "trail"))
+        kind = self.d.pick(("fwd", "prefix", "suffix", "const", "trail", "empty"))
         n = self.d.int(1, 3)
         ent = {"fwd": f"{dim}:tl.min({dim} + {n}, {B})", "prefix": f"0:{dim} + 1", "suffix": f"{dim}:{B}",
                "trail": f"tl.max({dim} - {n - 1}, 0):{dim} + 1"}.get(kind)
+        if kind == "empty":  # empty at some points: sums give 0, mean NaN (max/min would fault)
+            ent = self.d.pick((f"{dim} + 1:{B}", f"0:{dim}", f"{dim} + 1:tl.min({dim} + {n + 1}, {B})"))
+            red = self.d.pick(("sum(axis=0)", "mean(axis=0)", "discounted_sum(0.9, axis=0)",
+                               "cumsum(axis=0).sum(axis=0)"))
+            self.add(f"{self.nxt()} = {self.key(a, dim, ent)}.{red}", a.mag * D)
+            return
         if ent is None:
             lo = self.d.int(0, D - 1)
             hi = self.d.int(lo + 1, D)

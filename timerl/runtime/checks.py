@@ -40,6 +40,8 @@ def nonfinite_fault(node, where, out, ins, in_names) -> RuntimeFault | None:
     """The fault for ``node`` producing ``out`` from ``ins`` at ``where``, or None when an input is non-finite."""
     if not all(finite(v) for v in ins):
         return None
+    if node.op is Op.REDUCE and any(np.asarray(v).size == 0 for v in ins):
+        return None  # a reduction of an empty slice: NaN (mean) or -inf (logsumexp) is its defined value
     outs = out if isinstance(out, (tuple, list)) else (out,)
     bad = [np.asarray(o) for o in outs if not finite(o)]
     what = "NaN" if any(np.isnan(b).any() for b in bad) else "inf"
