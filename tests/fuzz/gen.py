@@ -19,6 +19,7 @@ carries a bound on its magnitude, and an operand whose bound is too large for an
 from __future__ import annotations
 
 import math
+import os
 import random
 import re
 from dataclasses import dataclass, field
@@ -127,7 +128,9 @@ class Desc:
     seed: int = 0  # compile(seed=...): random ops must agree across backends for any seed
 
     def source(self) -> str:
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         lines = [
+            f"import sys; sys.path.insert(0, {root!r})  # this checkout: its timerl and tests.fuzz",
             "import numpy as np",
             "import timerl as tl",
             "from tests.fuzz.gen import data, UDFS, _udf",
