@@ -1,7 +1,9 @@
 """The one configuration object of timerl, backed by environment variables.
 
     TIMERL_DEBUG=1   dump generated kernel source and schedule stages
-    TIMERL_CHECK=1   instrument runs: every read after its write and before its free
+    TIMERL_CHECK=1   instrument runs: every read after its write and before its free;
+                     verify the PDG after every pass
+    TIMERL_VERIFY=1  verify the PDG after every pass only (the test suite sets it)
 
 Override temporarily with ``with timerl.config.override(check=True): ...``.
 """
@@ -21,6 +23,7 @@ def _flag(name: str) -> bool:
 class Config:
     debug: bool = dataclasses.field(default_factory=lambda: _flag("TIMERL_DEBUG"))
     check: bool = dataclasses.field(default_factory=lambda: _flag("TIMERL_CHECK"))
+    verify: bool = dataclasses.field(default_factory=lambda: _flag("TIMERL_VERIFY"))
     cache_dir: str = dataclasses.field(
         default_factory=lambda: os.environ.get(
             "TIMERL_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "timerl")

@@ -105,8 +105,9 @@ def build_executable(prog, pdg, bounds, analysis, times, backend="numba", seed=0
         raise CompileError("backend 'cuda' is not available yet (numba.cuda kernels come with their own issue); "
                            "use backend='numba' or 'numpy'")
     times = dict(times)
+    check = config.check if check is None else bool(check)
     t0 = time.perf_counter()
-    pdg, analysis = run_passes(prog, pdg, bounds, analysis, passes, times)
+    pdg, analysis = run_passes(prog, pdg, bounds, analysis, passes, times, check=check or config.verify)
     times["passes"] = time.perf_counter() - t0
     grouping = (passes or {}).get("group", True)
     plan = Plan(prog, pdg, bounds, analysis, grouping, "default", times)
@@ -149,7 +150,6 @@ def build_executable(prog, pdg, bounds, analysis, times, backend="numba", seed=0
             raise CompileError(
                 f"memory_budget={memory_budget} bytes cannot be met: the least planned peak of live tensor bytes "
                 f"over the schedules and storage choices tried is {planned} bytes; pass memory_budget>={planned}")
-    check = config.check if check is None else bool(check)
     return Executable(prog, pdg, bounds, seed, analysis, plan, backend, check, times, planned)
 
 
