@@ -11,9 +11,9 @@ from programs import PROGRAMS, Collect, assert_close, run
 import timerl as tl
 from timerl.api.ops import make
 from timerl.errors import CompileError
-from timerl.ir.analysis import analyze, live_nodes, resolve_bounds
+from timerl.compiler import optimize
 from timerl.ir.ops import Op
-from timerl.passes import PIPELINE, run_passes
+from timerl.passes import PIPELINE
 from timerl.passes.verify import VerifyError, verify
 
 X = np.arange(12, dtype="float32").reshape(4, 3) - 5.5
@@ -22,9 +22,7 @@ XI = np.arange(12, dtype="int64").reshape(4, 3) - 5
 
 def optimized(prog, bounds, **switches):
     """The PDG after the pass pipeline (verified after every pass), without scheduling or JIT."""
-    pdg = prog.pdg
-    bounds = resolve_bounds(prog, pdg, bounds, live_nodes(pdg))
-    out, analysis = run_passes(prog, pdg, bounds, analyze(prog, pdg, bounds), switches, {}, check=True)
+    out, analysis = optimize(prog, bounds, switches, check=True)
     assert sorted(analysis.live) == sorted(out.nodes)
     return out
 
