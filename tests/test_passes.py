@@ -10,8 +10,8 @@ from programs import PROGRAMS, Collect, assert_close, run
 
 import timerl as tl
 from timerl.api.ops import make
-from timerl.errors import CompileError
 from timerl.compiler import optimize
+from timerl.errors import CompileError
 from timerl.ir.ops import Op
 from timerl.passes import PIPELINE
 from timerl.passes.verify import VerifyError, verify

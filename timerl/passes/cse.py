@@ -9,9 +9,10 @@ array. Producers are compared after merging, so the pass repeats until nothing m
 are not merged, which is safe).
 
 Never merged: UDFs and sinks (side effects, state), random ops (each draws its own
-stream), dim values (free to recompute; see ``NEVER``), and nodes flagged ``parameter`` or ``requires_grad`` (the user's handles on
-them). The survivor is the earliest created node, so errors keep naming the tensor the
-user wrote first; its demand becomes the union of the merged nodes' demands.
+stream), dim values (free to recompute; see ``NEVER``), and nodes flagged ``parameter``
+or ``requires_grad`` (the user's handles on them). The survivor is the earliest created
+node, so errors keep naming the tensor the user wrote first; its demand becomes the union
+of the merged nodes' demands.
 """
 
 from __future__ import annotations

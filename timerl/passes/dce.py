@@ -35,7 +35,8 @@ def dce(prog, pdg, bounds, analysis):
         if pdg.rec(n).op is Op.MERGE:
             _renumber(out, n)
     live = sorted(keep)
-    return out, Analysis(remodel(prog, out, bounds, analysis), live, {n: analysis.demand[n] for n in live}, analysis.seconds)
+    demand = {n: analysis.demand[n] for n in live}
+    return out, Analysis(remodel(prog, out, bounds, analysis), live, demand, analysis.seconds)
 
 
 def _renumber(pdg, n):
