@@ -286,3 +286,20 @@ def test_rl_programs_shrink():
 def test_ablation_matches_reference(name, switched):
     off = {n: False for n, _ in PIPELINE} if switched == "all" else {switched: False}
     assert_close(run(name, backend="numpy", passes=off), run(name, backend="reference"))
+
+
+def test_checking_mode_verifies_after_each_pass(monkeypatch):
+    import timerl.passes as passes
+
+    def drop_an_operand(prog, pdg, bounds, analysis):
+        out = pdg.copy()
+        (mul,) = ops(out, Op.BINARY, "mul")
+        out.remove_edge(mul, *_edge_of(out, mul, 1)[:2])
+        return out, analysis
+
+    monkeypatch.setattr(passes, "PIPELINE", passes.PIPELINE + [("breaks", drop_an_operand)])
+    prog, bounds, _ = one_t(lambda x, xi: x * 2.0)
+    with pytest.raises(VerifyError, match="after pass 'breaks'"):
+        prog.compile(bounds, backend="numpy", check=True, passes={"cse": False})
+    with pytest.raises(CompileError, match="unknown pass 'fold'"):
+        prog.compile(bounds, backend="reference", passes={"fold": False})
