@@ -15,6 +15,10 @@ branch, and ``opt.step(loss)`` adds ``p[i + 1] = update`` (see :mod:`timerl.opti
 
 Initial values are numpy arrays computed when the module is created, from ``seed`` (by
 default the program's op count at creation, so a program always starts from the same values).
+
+Labels (printouts, errors): a module's ops and parameters are named under its ``name=``
+(default: its class): ``Linear.weight``, ``Linear.bias``, ``Linear.matmul``; an MLP's layers are
+``MLP.layer0``, ``MLP.layer1``, ... (``MLP.layer0.weight``). See :func:`timerl.name_scope`.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import numpy as np
 
 from .api import functions as F
 from .api import ops as O
+from .api.naming import name_scope
 from .api.program import current_program
 from .api.tensor import RecurrentTensor
 from .errors import ShapeError
@@ -91,8 +96,9 @@ def Parameter(shape, domain=None, init="zeros", dtype="float32", gain=1.0, seed=
     shape = tuple(shape) if isinstance(shape, (tuple, list)) else (int(shape),)
     rng = np.random.default_rng(prog._count if seed is None else seed)
     value = _init_value(init, shape, np.dtype(dtype), gain, rng)
-    p = O.placeholder(shape, dtype, domain, name=name or "parameter")
-    p[(0,) * len(domain)] = O.const(value, name=f"init({name or 'parameter'})")
+    name = name or "parameter"
+    p = O.placeholder(shape, dtype, domain, name=name)
+    p[(0,) * len(domain)] = O.const(value, name=f"{name}.init")
     u = domain[-1]
     if len(domain) == 2:
         p[u == 0] = p[domain[0] - 1, u.bound]
@@ -113,7 +119,10 @@ def at(p, dim, value):
 
 
 class Module:
-    """Base class: subclasses keep parameters and submodules as attributes."""
+    """Base class: subclasses keep parameters and submodules as attributes. A module with a
+    ``name`` runs ``forward`` inside ``tl.name_scope(name)``: its ops are labelled ``<name>.<what>``."""
+
+    name = None
 
     def parameters(self) -> list:
         out = []
@@ -135,7 +144,10 @@ class Module:
         return new
 
     def __call__(self, x):
-        return self.forward(x)
+        if self.name is None:
+            return self.forward(x)
+        with name_scope(self.name):
+            return self.forward(x)
 
 
 def _at_value(v, dim, value):
@@ -154,11 +166,12 @@ class Linear(Module):
 
     def __init__(self, n_in, n_out, domain=None, init="orthogonal", gain=1.0, bias=True, bias_init=0.0,
                  dtype="float32", seed=None, name=None):
-        name = name or "Linear"
+        self.name = name or "Linear"
         self.n_in, self.n_out = int(n_in), int(n_out)
-        self.weight = Parameter((self.n_in, self.n_out), domain, init, dtype, gain, seed, name=f"{name}.weight")
-        self.bias = Parameter((self.n_out,), domain, np.full(self.n_out, bias_init, dtype), dtype,
-                              name=f"{name}.bias") if bias else None
+        with name_scope(self.name):
+            self.weight = Parameter((self.n_in, self.n_out), domain, init, dtype, gain, seed, name="weight")
+            self.bias = Parameter((self.n_out,), domain, np.full(self.n_out, bias_init, dtype), dtype,
+                                  name="bias") if bias else None
 
     def forward(self, x):
         x = O.as_tensor(x)
@@ -182,13 +195,14 @@ class MLP(Module):
         if activation not in _ACT:
             raise ValueError(f"unknown activation {activation!r}; use 'tanh', 'relu', 'sigmoid' or None")
         self.activation = activation
-        name = name or "MLP"
+        self.name = name or "MLP"
         n = len(sizes) - 1
-        self.layers = [
-            Linear(a, b, domain, init, out_gain if k == n - 1 else gain, dtype=dtype,
-                   seed=None if seed is None else seed + k, name=f"{name}.{k}")
-            for k, (a, b) in enumerate(zip(sizes, sizes[1:]))
-        ]
+        with name_scope(self.name):
+            self.layers = [
+                Linear(a, b, domain, init, out_gain if k == n - 1 else gain, dtype=dtype,
+                       seed=None if seed is None else seed + k, name=f"layer{k}")
+                for k, (a, b) in enumerate(zip(sizes, sizes[1:]))
+            ]
 
     def forward(self, x):
         act = _ACT[self.activation]
