@@ -9,10 +9,12 @@ source, compiled once), ``plan`` (the planned peak, when a budget is given).
 from __future__ import annotations
 
 import copy
+import sys
 import time
 
 import islpy as isl
 import numpy as np
+import tqdm
 
 from ..config import config
 from ..errors import CompileError
@@ -88,6 +90,7 @@ class Plan:
                        self.inline, self.kinds)
         out = low.build(self.frees)
         self.kernels = low.kernels
+        self.progress_units = low.progress_units()
         if mode != "plan":
             self.donated = low.donated  # the lowering may decline a donation it cannot do in place
             self.schedule.donated = low.donated
@@ -173,21 +176,29 @@ class Executable:
         return self.stats["planned_peak_bytes"]
 
     def run(self, progress=False):
+        """Run the whole program; ``progress=True`` shows a tqdm bar on stderr that advances once
+        per iteration of the schedule's outermost loop (for RL programs: per training iteration)."""
         for s in self._stores:
             s.clear()
         self._reset()
         t0 = time.perf_counter()
+        bar = None
         if progress:
-            print(f"timerl: running {len(self.plan.problem.groups)} statements ({self.backend})", flush=True)
+            total, dim = self.plan.progress_units
+            # a schedule without loops is one step, ticked when it ends
+            bar = tqdm.tqdm(total=total or 1, desc=f"timerl ({dim} loop)" if dim else "timerl", unit="it",
+                            file=sys.stderr, dynamic_ncols=True)
         old = np.seterr(all="ignore")
         try:
-            self._run()
+            self._run(bar.update if bar is not None else None)
+            if bar is not None and total == 0:
+                bar.update()
         finally:
             np.seterr(**old)
             for s in self._stores:
                 s.clear()
+            if bar is not None:
+                bar.close()
         self.stats["run_seconds"] = time.perf_counter() - t0
         self.stats["peak_bytes"] = self._mem()[1]
-        if progress:
-            print(f"timerl: done in {self.stats['run_seconds']:.3f}s", flush=True)
         return self
