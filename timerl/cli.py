@@ -4,6 +4,7 @@
     timerl train reinforce --nstep 16 --json
     timerl show schedule ppo --total-steps 2048 --out ppo_schedule.txt
     timerl bench ppo --iterations 5 --json
+    timerl cache info                 # the kernel cache: where, how big (timerl cache clear empties it)
 
 Flags are the fields of each algorithm's ``Args`` dataclass (``--num-envs`` is ``num_envs``);
 their help texts are the fields' docstrings. Bad flag values, env ids and spaces are a
@@ -127,6 +128,10 @@ def build_parser():
         a = ssub.add_parser(algo, help=f"show {algo}")
         _add_algo_flags(a, algo)
         a.add_argument("--out", help="write to this file: .dot or .svg (pdg), .txt (either)")
+
+    cache = sub.add_parser("cache", help="the on-disk kernel cache: where it is and how big; clear it")
+    cache.add_argument("action", choices=("info", "clear"))
+    cache.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     return p
 
 
@@ -312,6 +317,20 @@ def cmd_show(ns):
     return 0
 
 
+def cmd_cache(ns):
+    from .kernels import cache
+
+    res = cache.info() if ns.action == "info" else cache.clear()
+    if ns.json:
+        print(json.dumps(dict(res, cleared=ns.action == "clear")))
+    elif ns.action == "info":
+        print(f"{res['path']}: {res['kernels']} kernels, {res['bytes'] / 2**20:.1f} MiB "
+              "(sources and numba's compiled code; clear with `timerl cache clear`, safe at any time)")
+    else:
+        print(f"removed {res['path']}: {res['kernels']} kernels, {res['bytes'] / 2**20:.1f} MiB")
+    return 0
+
+
 def _dot(pdg):
     from .ir.pdg import PDG
 
@@ -322,7 +341,7 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         ns = build_parser().parse_args(argv)
-        return {"train": cmd_train, "bench": cmd_bench, "show": cmd_show}[ns.cmd](ns)
+        return {"train": cmd_train, "bench": cmd_bench, "show": cmd_show, "cache": cmd_cache}[ns.cmd](ns)
     except SystemExit:
         raise
     except KeyboardInterrupt:

@@ -3,7 +3,7 @@
 A *chain* is a run of UNARY/BINARY ops of one group (same domain, same point) with
 one static shape and one float dtype, whose operands are chain members, full arrays
 of that shape, or 0-d values. It becomes one loop over the flat elements, rendered as
-Python source, written under ``config.cache_dir`` (named by the hash of the source)
+Python source, written to the kernel cache (:mod:`timerl.kernels.cache`, named by the hash of the source)
 and compiled with ``numba.njit(cache=True, error_model="numpy")`` (IEEE results like numpy's, e.g. x / 0 = inf, never a Python ZeroDivisionError); the outputs are the members read outside
 the chain.
 """
@@ -19,6 +19,7 @@ import numpy as np
 
 from ..config import config
 from ..ir.ops import Op
+from . import cache
 
 EXPR = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
@@ -108,7 +109,7 @@ def load(src: str):
     h = hashlib.sha1(src.encode()).hexdigest()[:16]
     if h in _loaded:
         return _loaded[h]
-    d = os.path.join(config.cache_dir, "kernels")
+    d = cache.kernel_dir()
     os.makedirs(d, exist_ok=True)
     path = os.path.join(d, f"k_{h}.py")
     if not os.path.exists(path):
