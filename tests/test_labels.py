@@ -119,3 +119,14 @@ def test_error_for_a_library_op_names_its_label():
         tl.sink(adv[i, t - 1], lambda *_: None)
     with pytest.raises(tl.CompileError, match=re.escape(f"gae.adv ({HERE}:{line_of('# the gae line')})")):
         prog.compile(bounds={I: 2, T: 5}, backend="numpy")
+
+
+def test_module_at_reads_are_labelled_by_the_module():
+    prog = tl.Program("i k")
+    i, k = prog.dims
+    with prog:
+        mlp = tl.nn.MLP([2, 3, 1], domain=(i, k))
+        y = mlp.at(k, 0)(tl.tensor(np.ones((2, 2), "float32"), domain=(i,), name="x"))
+    short = {n.split(" (")[0] for n in labels(prog)}
+    assert {"MLP.layer0.access", "MLP.layer1.access", "MLP.layer0.matmul"} <= short
+    assert y.name.startswith("MLP.layer1.")

@@ -23,6 +23,7 @@ Labels (printouts, errors): a module's ops and parameters are named under its ``
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -139,8 +140,9 @@ class Module:
         ``parameters()`` of the copy is empty). ``actor.at(k, 0)`` is the policy as iteration ``i``
         starts when parameters live over ``(i, k)``."""
         new = object.__new__(type(self))
-        for key, v in self.__dict__.items():
-            new.__dict__[key] = _at_value(v, dim, value)
+        with name_scope(self.name) if self.name else contextlib.nullcontext():
+            for key, v in self.__dict__.items():
+                new.__dict__[key] = _at_value(v, dim, value)
         return new
 
     def __call__(self, x):
