@@ -47,7 +47,9 @@ def _builder(algo):
     import importlib
 
     if algo not in ("ppo", "reinforce"):
-        raise ValueError(f"timerl bench: unknown algorithm {algo!r}; choose ppo or reinforce")
+        from .rl.common import ArgError
+
+        raise ArgError(f"timerl bench: unknown algorithm {algo!r}; choose ppo or reinforce")
     mod = importlib.import_module(f"timerl.rl.{algo}")  # the module: tl.rl.ppo is the builder
     return getattr(mod, algo), mod.Args
 
@@ -67,7 +69,9 @@ def run_bench(algo, iterations=DEFAULT_ITERATIONS, traced_memory=False, **flags)
         traced_memory = getattr(algo, "traced_memory", False)
         algo, iterations, flags = _from_namespace(algo)
     if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 1:
-        raise ValueError(f"timerl bench: --iterations must be a positive int, got {iterations!r}")
+        from .rl.common import ArgError  # a ValueError the CLI reports as a usage error (exit 2)
+
+        raise ArgError(f"--iterations must be a positive int, got {iterations!r}")
     build, Args = _builder(algo)
     defaults = Args()
     num_envs = flags.get("num_envs", defaults.num_envs)

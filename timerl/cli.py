@@ -219,6 +219,37 @@ def plot_curve(rows, path, title):
     plt.close(fig)
 
 
+class NonFiniteWatch:
+    """Warns once on stderr when a logged loss or return becomes inf or NaN; says when in the summary."""
+
+    def __init__(self):
+        self.first = None  # {"iteration", "env_steps", "fields"} of the first row with a non-finite value
+
+    def update(self, row):
+        if self.first is not None:
+            return
+        bad = [k for k, v in row.items() if k not in ("iteration", "env_steps", "episodes", "seconds")
+               and isinstance(v, float) and not math.isfinite(v) and not (k == "mean_return" and row["episodes"] == 0)]
+        if bad:
+            self.first = {"iteration": row["iteration"], "env_steps": row["env_steps"], "fields": bad}
+            print(f"\ntimerl: warning: {', '.join(bad)} became non-finite ({', '.join(str(row[k]) for k in bad)}) at "
+                  f"iteration {row['iteration']} ({row['env_steps']:,} env steps); training goes on, but its numbers "
+                  "are no longer meaningful. Rerun with TIMERL_CHECK=1 to stop at the first op that produced inf or "
+                  "NaN (it names the tensor and the point).", file=sys.stderr, flush=True)
+
+
+def return_note(final, episodes, steps, nonfinite):
+    """Why ``final_return`` is null (None when it is a number)."""
+    if not math.isnan(final):
+        return None
+    if episodes == 0:
+        return (f"no episode finished in {steps:,} env steps (raise --total-steps, or use an env whose episodes "
+                "end sooner)")
+    return "the mean episodic return is NaN" + (
+        f": {', '.join(nonfinite['fields'])} became non-finite at iteration {nonfinite['iteration']}" if nonfinite
+        else "")
+
+
 def cmd_train(ns):
     from .rl.common import iterations, make_args
 
@@ -231,10 +262,13 @@ def cmd_train(ns):
     log = CsvLog(ns.log) if ns.log else None
     bar = Progress(iterations(args), enabled=not ns.quiet)
 
+    watch = NonFiniteWatch()
+
     def on_row(row):
         if log:
             log.write(row)
         bar.update(row)
+        watch.update(row)
 
     try:
         t0 = time.perf_counter()
@@ -254,7 +288,9 @@ def cmd_train(ns):
     if ns.plot:
         plot_curve(rows, ns.plot, f"{ns.algo} on {args.env} (seed {args.seed})")
     summary = {"algo": ns.algo, "env": args.env, "env_steps": steps,
-               "final_return": None if math.isnan(final) else final, "episodes": len(env.episode_returns),
+               "final_return": None if math.isnan(final) else final,
+               "final_return_note": return_note(final, len(env.episode_returns), steps, watch.first),
+               "nonfinite": watch.first, "episodes": len(env.episode_returns),
                "seconds": seconds, "compile_seconds": compile_s,
                "env_steps_per_s": steps / seconds if seconds > 0 else None}
     if ns.json:
@@ -262,7 +298,8 @@ def cmd_train(ns):
     else:
         print(f"{ns.algo} on {args.env}: {steps:,} env steps in {seconds:.1f}s "
               f"({summary['env_steps_per_s'] or 0:,.0f} steps/s, compile {compile_s:.1f}s); "
-              f"mean return of the last 10 episodes: {final:.2f}")
+              "mean return of the last 10 episodes: "
+              + (f"{final:.2f}" if summary["final_return_note"] is None else f"none ({summary['final_return_note']})"))
     return 0
 
 

@@ -16,6 +16,11 @@ class ShapeError(ValueError):
     """Spatial shapes or dtypes that do not combine."""
 
 
+class ArgTypeError(ShapeError, TypeError):
+    """An argument of a type or dtype timerl cannot compute with (a str, None, a dict, string data,
+    an unknown dtype name, a float shape entry). Both a ``tl.ShapeError`` and a ``TypeError``."""
+
+
 class RuntimeFault(RuntimeError):
     """An error raised while running a compiled program (e.g. max over an empty slice)."""
 

@@ -33,7 +33,8 @@ from .api import ops as O
 from .api.naming import name_scope
 from .api.program import current_program
 from .api.tensor import RecurrentTensor
-from .errors import ShapeError
+from .api.args import as_domain, as_dtype, as_shape, as_size, who
+from .errors import ArgTypeError, ShapeError
 
 __all__ = ["Parameter", "Module", "Linear", "MLP", "orthogonal", "at"]
 
@@ -93,8 +94,10 @@ def Parameter(shape, domain=None, init="zeros", dtype="float32", gain=1.0, seed=
     branch with the update. It requires a gradient.
     """
     prog = current_program()
+    what = who("tl.nn.Parameter", name)
+    as_domain(_default_domain(None) if domain is None else domain, prog, what)
     domain = _default_domain(domain)
-    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (int(shape),)
+    shape, dtype = as_shape(shape, what), as_dtype(dtype, what)
     rng = np.random.default_rng(prog._count if seed is None else seed)
     value = _init_value(init, shape, np.dtype(dtype), gain, rng)
     name = name or "parameter"
@@ -168,8 +171,10 @@ class Linear(Module):
 
     def __init__(self, n_in, n_out, domain=None, init="orthogonal", gain=1.0, bias=True, bias_init=0.0,
                  dtype="float32", seed=None, name=None):
+        what = who("tl.nn.Linear", name)
         self.name = name or "Linear"
-        self.n_in, self.n_out = int(n_in), int(n_out)
+        self.n_in = as_size(n_in, what, "n_in", least=1)
+        self.n_out = as_size(n_out, what, "n_out", least=1)
         with name_scope(self.name):
             self.weight = Parameter((self.n_in, self.n_out), domain, init, dtype, gain, seed, name="weight")
             self.bias = Parameter((self.n_out,), domain, np.full(self.n_out, bias_init, dtype), dtype,
@@ -197,7 +202,13 @@ class MLP(Module):
         if activation not in _ACT:
             raise ValueError(f"unknown activation {activation!r}; use 'tanh', 'relu', 'sigmoid' or None")
         self.activation = activation
+        what = who("tl.nn.MLP", name)
         self.name = name or "MLP"
+        if not isinstance(sizes, (list, tuple)) or len(sizes) < 2:
+            raise ArgTypeError(f"{what}: sizes={sizes!r} must be a list of at least two layer widths, "
+                               "e.g. [n_in, 64, 64, n_out]")
+        for k, s in enumerate(sizes):
+            as_size(s, what, f"sizes[{k}]", least=1)
         n = len(sizes) - 1
         with name_scope(self.name):
             self.layers = [

@@ -11,10 +11,11 @@ import numbers
 import numpy as np
 import sympy
 
-from ..errors import CompileError, ShapeError
-from ..ir.expr import Cond, Expr, as_cond
+from ..errors import ArgTypeError, CompileError, ShapeError, user_site
+from ..ir.expr import Cond, Dim, Expr, as_cond
 from ..ir.ops import Edge, Op
-from .program import current_program
+from .args import as_domain, as_dtype, as_shape, as_size, check_data, check_program, describe, value_array, who
+from .program import building_program, current_program
 from .tensor import RecurrentTensor
 
 F32 = np.dtype("float32")
@@ -25,6 +26,9 @@ UNARY_FNS = ("neg", "exp", "log", "tanh", "sigmoid", "relu", "sqrt", "abs", "sig
 BINARY_FNS = ("add", "sub", "mul", "div", "mod", "floordiv", "pow", "lt", "le", "gt", "ge", "eq", "ne", "minimum", "maximum",
               "logical_and", "logical_or")
 COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or")
+SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "floordiv": "//", "pow": "**", "lt": "<",
+           "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "logical_and": "&", "logical_or": "|",
+           "matmul": "@"}
 
 
 # -- helpers --------------------------------------------------------------------------
@@ -35,9 +39,10 @@ def _is_scalar(x) -> bool:
 
 
 def _prog_of(*xs):
-    for x in xs:
-        if isinstance(x, RecurrentTensor):
-            return x.prog
+    tensors = [x for x in xs if isinstance(x, RecurrentTensor)]
+    if tensors:
+        check_program(tensors)
+        return tensors[0].prog
     return current_program()
 
 
@@ -110,13 +115,15 @@ def result_dtype(*xs) -> np.dtype:
     return np.dtype(r)
 
 
-def as_tensor(x, dtype=None, prog=None) -> RecurrentTensor:
+def as_tensor(x, dtype=None, prog=None, what=None) -> RecurrentTensor:
+    """``x`` itself if a tensor, else a constant of it; ``what`` names ``x`` in error messages."""
     if isinstance(x, RecurrentTensor):
         return x
     if isinstance(x, (Expr, Cond)):
         raise TypeError(
             "an index expression or condition is not a tensor; use tl.dim_value(t) for the value of a dim"
         )
+    value_array(x, what or (lambda: f"at {user_site()}: an argument"))
     arr = np.asarray(x, dtype=dtype if dtype is not None else (None if not _is_scalar(x) else result_dtype(x)))
     return _const(arr, prog or current_program())
 
@@ -135,22 +142,31 @@ def basis(t: RecurrentTensor, pos: int) -> tuple[int, Edge]:
 def make(op: Op, operands, shapes, dtypes, attrs=None, name=None, extra_domain=()) -> list[RecurrentTensor]:
     """Record an op over the union of its operands' domains (basis edges)."""
     prog = _prog_of(*operands) if operands else current_program()
-    for x in operands:
-        if x.prog is not prog:
-            raise CompileError(f"tensor {x.name!r} belongs to another program")
     domain = prog.sort_domain([d for x in operands for d in x.domain] + list(extra_domain))
     nid = prog.add(op, domain, shapes, dtypes, attrs, [basis(x, k) for k, x in enumerate(operands)], name=name)
     return [RecurrentTensor(prog, nid, k) for k in range(len(shapes))]
 
 
-def _promote(xs):
+def _promote(xs, what=None):
+    """Operands to tensors of their common dtype; ``what(k)`` names operand k in error messages."""
+    for k, x in enumerate(xs):
+        if isinstance(x, (bool, int, float)) or isinstance(x, (RecurrentTensor, Expr, Cond)):
+            continue
+        value_array(x, (lambda: what(k)) if what else (lambda: f"at {user_site()}: argument {k}"))
     dt = result_dtype(*xs)
     prog = _prog_of(*xs)
     ts = [as_tensor(x, dtype=dt, prog=prog) if not isinstance(x, RecurrentTensor) else x for x in xs]
     return ts, dt
 
 
+def _int_axis(axis, who):
+    if not isinstance(axis, (int, np.integer)) or isinstance(axis, (bool, np.bool_)):
+        raise ArgTypeError(f"axis {describe(axis)} for tensor {who!r} must be an int")
+    return int(axis)
+
+
 def _norm_axis(axis, ndim, who):
+    axis = _int_axis(axis, who)
     ax = axis + ndim if axis < 0 else axis
     if not 0 <= ax < ndim:
         raise ShapeError(f"axis {axis} is out of range for {who!r} with {ndim} spatial axes")
@@ -161,7 +177,7 @@ def _norm_axis(axis, ndim, who):
 
 
 def unary(fn: str, x) -> RecurrentTensor:
-    x = as_tensor(x)
+    x = x if isinstance(x, RecurrentTensor) else as_tensor(x, what=f"tl.{fn} at {user_site()}: its argument")
     dt = x.dtype
     if fn in ("exp", "log", "tanh", "sigmoid", "sqrt") and dt.kind in "biu":
         x, dt = cast(x, F32), F32
@@ -173,8 +189,21 @@ def unary(fn: str, x) -> RecurrentTensor:
     return make(Op.UNARY, [x], [x.shape], [dt], {"fn": fn})[0]
 
 
+def _operand_what(fn, xs):
+    """How the messages of a binary op name operand k."""
+
+    def what(k):
+        named = [x.name for x in xs if isinstance(x, RecurrentTensor)]
+        with_ = f" (with tensor {named[0]!r})" if named else ""
+        if fn in SYMBOLS:
+            return f"at {user_site()}: the {('left', 'right')[k]} operand of {SYMBOLS[fn]}{with_}"
+        return f"tl.{fn} at {user_site()}: argument {k}{with_}"
+
+    return what
+
+
 def binary(fn: str, a, b) -> RecurrentTensor:
-    (a, b), dt = _promote([a, b])
+    (a, b), dt = _promote([a, b], _operand_what(fn, [a, b]))
     shape = broadcast_shapes([a.shape, b.shape], [a.name, b.name])
     if fn in ("logical_and", "logical_or"):
         if a.dtype != BOOL or b.dtype != BOOL:
@@ -186,18 +215,19 @@ def binary(fn: str, a, b) -> RecurrentTensor:
 
 
 def cast(x, dtype) -> RecurrentTensor:
-    x = as_tensor(x)
-    dtype = np.dtype(dtype)
+    x = x if isinstance(x, RecurrentTensor) else as_tensor(x, what=f"tl.cast at {user_site()}: its argument")
+    dtype = as_dtype(dtype, f"astype of tensor {x.name!r}")
     if x.dtype == dtype:
         return x
     return make(Op.CAST, [x], [x.shape], [dtype], {"dtype": dtype})[0]
 
 
 def where(c, a, b) -> RecurrentTensor:
-    c = as_tensor(c)
+    c = as_tensor(c, what=lambda: f"tl.where at {user_site()}: the condition c")
     if c.dtype != BOOL:
         raise ShapeError(f"tl.where needs a bool condition, got {c.name!r} of dtype {c.dtype}")
-    (a, b), dt = _promote([a, b])
+    (a, b), dt = _promote([a, b], lambda k: f"tl.where at {user_site()}: argument {'ab'[k]} (with condition "
+                                            f"{c.name!r})")
     shape = broadcast_shapes([c.shape, a.shape, b.shape], [c.name, a.name, b.name])
     return make(Op.WHERE, [c, a, b], [shape], [dt])[0]
 
@@ -211,6 +241,10 @@ def maximum(a, b):
 
 
 def clip(x, lo, hi):
+    x = as_tensor(x, what=lambda: f"tl.clip at {user_site()}: its argument x")
+    for arg, v in (("lo", lo), ("hi", hi)):
+        if not isinstance(v, (RecurrentTensor, Expr, Cond)):
+            value_array(v, lambda: f"tl.clip of tensor {x.name!r} at {user_site()}: {arg}")
     return maximum(minimum(x, hi), lo)
 
 
@@ -268,7 +302,8 @@ def discounted(x, gamma, axis=0, cumulative=False) -> RecurrentTensor:
     if x.dtype.kind != "f":
         x = cast(x, F32)
     ax = _norm_axis(axis, x.ndim, x.name)
-    g = as_tensor(gamma, dtype=x.dtype, prog=x.prog)
+    g = as_tensor(gamma, dtype=x.dtype, prog=x.prog,
+                  what=f"discounted sum of tensor {x.name!r} at {user_site()}: gamma")
     if g.shape != ():
         raise ShapeError(f"discount gamma {g.name!r} must have shape (), got {g.shape}")
     g = cast(g, x.dtype)
@@ -283,7 +318,7 @@ def discounted(x, gamma, axis=0, cumulative=False) -> RecurrentTensor:
 
 
 def matmul(a, b) -> RecurrentTensor:
-    (a, b), dt = _promote([a, b])
+    (a, b), dt = _promote([a, b], _operand_what("matmul", [a, b]))
     sa, sb = a.shape, b.shape
     if not sa or not sb:
         raise ShapeError(f"matmul needs at least 1-d operands, got {a.name!r} {sa} and {b.name!r} {sb}")
@@ -308,7 +343,7 @@ def _prod(shape):
 
 def reshape(x, shape) -> RecurrentTensor:
     x = as_tensor(x)
-    shape = tuple(int(s) if isinstance(s, (int, np.integer)) else (s.e if isinstance(s, Expr) else s) for s in shape)
+    shape = as_shape(shape, f"reshape of tensor {x.name!r}", symbolic=True, minus_one=True)
     total = _prod(x.shape)
     if sum(1 for s in shape if isinstance(s, int) and s == -1) > 1:
         raise ShapeError(f"reshape of {x.name!r}: at most one -1")
@@ -341,7 +376,7 @@ def permute(x, axes=None) -> RecurrentTensor:
 
 def broadcast_to(x, shape) -> RecurrentTensor:
     x = as_tensor(x)
-    shape = tuple(int(s) if isinstance(s, (int, np.integer)) else (s.e if isinstance(s, Expr) else s) for s in shape)
+    shape = as_shape(shape, f"broadcast_to of tensor {x.name!r}", symbolic=True)
     if len(shape) < x.ndim:
         raise ShapeError(f"cannot broadcast {x.name!r} of shape {x.shape} to {shape}")
     for k, s in enumerate(x.shape):
@@ -357,7 +392,7 @@ def concat(xs, axis=0) -> RecurrentTensor:
     xs = list(xs)
     if not xs:
         raise ShapeError("tl.concat needs at least one tensor")
-    ts, dt = _promote(xs)
+    ts, dt = _promote(xs, lambda k: f"tl.concat at {user_site()}: entry {k}")
     nd = ts[0].ndim
     ax = _norm_axis(axis, nd, ts[0].name)
     for t in ts[1:]:
@@ -373,13 +408,15 @@ def concat(xs, axis=0) -> RecurrentTensor:
 
 
 def stack(xs, axis=0) -> RecurrentTensor:
-    xs = [as_tensor(x) for x in xs]
+    xs = [as_tensor(x, what=f"tl.stack at {user_site()}: entry {k}") if not isinstance(x, RecurrentTensor) else x
+          for k, x in enumerate(xs)]
     if not xs:
         raise ShapeError("tl.stack needs at least one tensor")
     for x in xs[1:]:
         if x.ndim != xs[0].ndim or any(_differ(a, b) for a, b in zip(xs[0].shape, x.shape)):
             raise ShapeError(f"tl.stack: {xs[0].name!r} {xs[0].shape} and {x.name!r} {x.shape} differ in shape")
     nd = xs[0].ndim + 1
+    axis = _int_axis(axis, xs[0].name)
     ax = axis + nd if axis < 0 else axis
     if not 0 <= ax < nd:
         raise ShapeError(f"tl.stack: axis {axis} out of range for {nd - 1}-d tensors like {xs[0].name!r}")
@@ -397,6 +434,7 @@ def squeeze(x, axis=None) -> RecurrentTensor:
 
 def unsqueeze(x, axis) -> RecurrentTensor:
     x = as_tensor(x)
+    axis = _int_axis(axis, x.name)
     ax = axis + x.ndim + 1 if axis < 0 else axis
     if not 0 <= ax <= x.ndim:
         raise ShapeError(f"unsqueeze axis {axis} out of range for {x.name!r} with shape {x.shape}")
@@ -466,7 +504,9 @@ def spatial_index(x, key) -> RecurrentTensor:
 
 
 def take(x, idx, axis=None) -> RecurrentTensor:
-    x, idx = as_tensor(x), as_tensor(idx)
+    x = as_tensor(x)
+    idx = as_tensor(idx, what=f"take of tensor {x.name!r} at {user_site()}: the index") if not isinstance(
+        idx, RecurrentTensor) else idx
     if idx.dtype.kind not in "iu":
         raise ShapeError(f"take: index {idx.name!r} must be an integer tensor, got {idx.dtype}")
     if axis is None:
@@ -478,7 +518,9 @@ def take(x, idx, axis=None) -> RecurrentTensor:
 
 
 def take_along_axis(x, idx, axis=-1) -> RecurrentTensor:
-    x, idx = as_tensor(x), as_tensor(idx)
+    x = as_tensor(x)
+    idx = as_tensor(idx, what=f"take_along_axis of tensor {x.name!r} at {user_site()}: the index") if not \
+        isinstance(idx, RecurrentTensor) else idx
     if idx.dtype.kind not in "iu":
         raise ShapeError(f"take_along_axis: index {idx.name!r} must be an integer tensor, got {idx.dtype}")
     if idx.ndim != x.ndim:
@@ -491,23 +533,30 @@ def take_along_axis(x, idx, axis=-1) -> RecurrentTensor:
 
 
 def one_hot(idx, n: int, dtype="float32") -> RecurrentTensor:
-    idx = as_tensor(idx)
+    idx = as_tensor(idx, what=lambda: f"tl.one_hot at {user_site()}: the index")
     if idx.dtype.kind not in "iu":
         raise ShapeError(f"one_hot: index {idx.name!r} must be an integer tensor, got {idx.dtype}")
-    return make(Op.ONE_HOT, [idx], [tuple(idx.shape) + (int(n),)], [np.dtype(dtype)], {"n": int(n)})[0]
+    n = as_size(n, f"tl.one_hot of {idx.name!r}", "n", least=1)
+    dtype = as_dtype(dtype, f"tl.one_hot of {idx.name!r}")
+    return make(Op.ONE_HOT, [idx], [tuple(idx.shape) + (n,)], [dtype], {"n": n})[0]
 
 
 # -- sources --------------------------------------------------------------------------------
 
 
-def _domain(domain, prog):
-    domain = tuple(domain) if isinstance(domain, (tuple, list)) else (domain,)
-    return prog.sort_domain(domain)
+def _domain(domain, prog, what="a tensor"):
+    return as_domain(domain, prog, what)
 
 
 def tensor(array, domain=(), requires_grad=False, name=None) -> RecurrentTensor:
     prog = current_program()
-    arr = np.array(array)
+    what = who("tl.tensor", name)
+    if isinstance(array, RecurrentTensor):
+        raise ArgTypeError(f"{what}: the data is already a tensor ({array.name!r}); use it directly")
+    arr = value_array(array, lambda: f"{what}: the data") if not isinstance(array, np.ndarray) else np.asarray(array)
+    check_data(arr, what)
+    arr = np.array(arr)
+    as_domain(domain, prog, what)
     domain = tuple(domain) if isinstance(domain, (tuple, list)) else (domain,)
     if arr.ndim < len(domain):
         raise ShapeError(f"tl.tensor {name or ''}: array of {arr.ndim} axes cannot cover domain {domain}")
@@ -521,40 +570,61 @@ def tensor(array, domain=(), requires_grad=False, name=None) -> RecurrentTensor:
 
 
 def const(value, shape=(), dtype=None, domain=(), name=None) -> RecurrentTensor:
+    return _const_of(value, shape, dtype, domain, name, who("tl.const", name))
+
+
+def _const_of(value, shape, dtype, domain, name, what) -> RecurrentTensor:
     prog = current_program()
+    if isinstance(value, RecurrentTensor):
+        raise ArgTypeError(f"{what}: the value is already a tensor ({value.name!r}); use it directly")
+    value_array(value, lambda: f"{what}: the value")
+    shape = as_shape(shape, what)
+    domain = as_domain(domain, prog, what)
+    if dtype is not None:
+        dtype = as_dtype(dtype, what)
     if dtype is None:
         dtype = result_dtype(value) if _is_scalar(value) else np.asarray(value).dtype
         if np.dtype(dtype) == np.float64 and not isinstance(value, np.ndarray):
             dtype = F32
-    arr = np.broadcast_to(np.asarray(value, dtype=dtype), tuple(shape) if shape else np.shape(value))
-    return _const(arr, prog, _domain(domain, prog), name=name)
+    try:
+        arr = np.broadcast_to(np.asarray(value, dtype=dtype), tuple(shape) if shape else np.shape(value))
+    except ValueError:
+        raise ShapeError(f"{what}: a value of shape {np.shape(value)} does not broadcast to shape={shape}") from None
+    return _const(arr, prog, domain, name=name)
 
 
 def zeros(shape, dtype="float32", domain=(), name=None):
-    return const(0, shape=tuple(shape) if isinstance(shape, (tuple, list)) else (shape,), dtype=dtype,
-                 domain=domain, name=name)
+    return _const_of(0, shape, dtype, domain, name, who("tl.zeros", name))
 
 
 def ones(shape, dtype="float32", domain=(), name=None):
-    return const(1, shape=tuple(shape) if isinstance(shape, (tuple, list)) else (shape,), dtype=dtype,
-                 domain=domain, name=name)
+    return _const_of(1, shape, dtype, domain, name, who("tl.ones", name))
 
 
 def arange(n, dtype="int64", name=None):
-    return const(np.arange(int(n), dtype=dtype), dtype=dtype, name=name)
+    what = who("tl.arange", name)
+    n, dtype = as_size(n, what), as_dtype(dtype, what)
+    return _const_of(np.arange(n, dtype=dtype), (), dtype, (), name, what)
 
 
 def dim_value(d, name=None) -> RecurrentTensor:
+    if not isinstance(d, Dim):
+        raise ArgTypeError(f"{who('tl.dim_value', name)}: {describe(d)} is not a dim; pass one of prog.dims")
     prog = d.program
+    cur = building_program()
+    if cur is not None and cur is not prog:
+        raise CompileError(f"{who('tl.dim_value', name)}: dim {d.name} belongs to another tl.Program than the one "
+                           "of the enclosing `with`")
     nid = prog.add(Op.DIM_VALUE, (d,), [()], [I64], {"dim": d.name}, name=name)
     return RecurrentTensor(prog, nid)
 
 
 def placeholder(shape, dtype="float32", domain=(), name=None) -> RecurrentTensor:
     prog = current_program()
-    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
-    shape = tuple(s.e if isinstance(s, Expr) else int(s) for s in shape)
-    nid = prog.add(Op.MERGE, _domain(domain, prog), [shape], [np.dtype(dtype)], {}, name=name)
+    what = who("tl.placeholder", name)
+    shape = as_shape(shape, what, symbolic=True)
+    dtype = as_dtype(dtype, what)
+    nid = prog.add(Op.MERGE, as_domain(domain, prog, what), [shape], [dtype], {}, name=name)
     return RecurrentTensor(prog, nid)
 
 
@@ -599,7 +669,13 @@ def add_branch(x: RecurrentTensor, key, value):
             else:
                 conds.append(sympy.Eq(d.e, e))
     cond = sympy.And(*conds) if conds else sympy.true
-    value = value if isinstance(value, RecurrentTensor) else as_tensor(value, dtype=x.dtype, prog=prog)
+    if isinstance(value, RecurrentTensor):
+        if value.prog is not x.prog:
+            raise CompileError(f"placeholder {x.name!r}: the branch value {value.name!r} belongs to another "
+                               "tl.Program; assign values built in the placeholder's program")
+        check_program([x, value], f"placeholder {x.name!r}")
+    else:
+        value = as_tensor(value, dtype=x.dtype, prog=prog, what=f"placeholder {x.name!r}: the branch value")
     extra = [d for d in value.domain if d not in dom]
     if extra:
         raise CompileError(

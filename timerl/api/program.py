@@ -13,6 +13,12 @@ from .naming import label
 _local = threading.local()
 
 
+def building_program():
+    """The program of the innermost ``with prog:``, or None outside every one."""
+    stack = getattr(_local, "stack", None)
+    return stack[-1] if stack else None
+
+
 def current_program() -> "Program":
     stack = getattr(_local, "stack", None)
     if not stack:
@@ -29,7 +35,13 @@ class Program:
     """
 
     def __init__(self, dims):
+        if not isinstance(dims, (str, list, tuple)) or not all(isinstance(n, str) for n in dims):
+            raise TypeError(f"tl.Program(dims): dims must be a string like \"i t\" or a sequence of names, "
+                            f"got {dims!r}")
         names = dims.split() if isinstance(dims, str) else list(dims)
+        bad = [n for n in names if not n.isidentifier()]
+        if bad:
+            raise ValueError(f"tl.Program(dims): dim names must be identifiers like i or t, got {dims!r}")
         if len(set(names)) != len(names) or not names and not isinstance(dims, (str, list, tuple)):
             raise ValueError(f"dim names must be distinct, got {names}")
         self.dims = tuple(Dim(n, k, self) for k, n in enumerate(names))
@@ -103,7 +115,8 @@ class Program:
         from .compile import compile_program
 
         return compile_program(
-            self, bounds or {}, backend=backend, seed=seed, memory_budget=memory_budget, passes=passes, check=check
+            self, {} if bounds is None else bounds, backend=backend, seed=seed, memory_budget=memory_budget,
+            passes=passes, check=check,
         )
 
     def __repr__(self):

@@ -8,6 +8,7 @@ import sympy
 from ..errors import ShapeError
 from ..ir.expr import Cond, Expr, is_index_like
 from ..ir.ops import Edge, Op, Slice
+from .args import check_program
 
 
 def _entry_sym(x):
@@ -118,6 +119,7 @@ class RecurrentTensor:
         if trivial:
             base = self
         else:
+            check_program([self])
             shape = tuple(_simplify_len(L) for L in lengths) + tuple(self.shape)
             nid = self.prog.add(
                 Op.ACCESS, tuple(kept), [shape], [self.dtype],

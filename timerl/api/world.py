@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 
 from ..errors import ShapeError
 from ..ir.ops import Op
+from .args import as_dtype, as_shape, who
 from .ops import as_tensor, make
 from .program import current_program
 from .tensor import RecurrentTensor
@@ -19,12 +22,18 @@ def udf(fn, inputs=(), out_shapes=(), out_dtypes=(), batched=False, state=None, 
     """
     if not callable(fn):
         raise TypeError(f"tl.udf: fn must be callable, got {type(fn).__name__}")
-    inputs = [as_tensor(x) for x in (inputs if isinstance(inputs, (list, tuple)) else [inputs])]
-    out_shapes = [tuple(s) for s in out_shapes]
-    out_dtypes = [np.dtype(d) for d in (out_dtypes if isinstance(out_dtypes, (list, tuple)) else [out_dtypes])]
+    what = who(f"tl.udf {getattr(fn, '__name__', fn)!r}", name)
+    inputs = [as_tensor(x, what=lambda k=k: f"{what}: input {k}")
+              for k, x in enumerate(inputs if isinstance(inputs, (list, tuple)) else [inputs])]
+    if not isinstance(out_shapes, (list, tuple)):
+        raise TypeError(f"{what}: out_shapes must be a list of shapes, one per output, got {out_shapes!r}")
+    out_shapes = [as_shape(s, what, f"out_shapes[{k}]", symbolic=True) for k, s in enumerate(out_shapes)]
+    out_dtypes = [as_dtype(d, what, f"out_dtypes[{k}]")
+                  for k, d in enumerate(out_dtypes if isinstance(out_dtypes, (list, tuple)) else [out_dtypes])]
     if len(out_shapes) != len(out_dtypes):
-        raise ShapeError(f"tl.udf {getattr(fn, '__name__', fn)!r}: {len(out_shapes)} out_shapes but "
-                         f"{len(out_dtypes)} out_dtypes")
+        raise ShapeError(f"{what}: {len(out_shapes)} out_shapes but {len(out_dtypes)} out_dtypes; give one of each "
+                         "per output")
+    _check_arity(fn, len(inputs), what, f"one array per input, {len(inputs)} input(s)")
     if not inputs:
         current_program()
     outs = make(Op.UDF, inputs, out_shapes or [()], out_dtypes or [np.dtype("bool")],
@@ -38,8 +47,25 @@ def sink(x, fn, name=None):
     if not callable(fn):
         raise TypeError(f"tl.sink: fn must be callable, got {type(fn).__name__}")
     multi = isinstance(x, (list, tuple))
-    xs = [as_tensor(v) for v in (x if multi else [x])]
+    what = who("tl.sink", name)
+    xs = [as_tensor(v, what=lambda k=k: f"{what}: {'input ' + str(k) if multi else 'its input'}")
+          for k, v in enumerate(x if multi else [x])]
     for v in xs:
         if not isinstance(v, RecurrentTensor):
             raise TypeError("tl.sink takes tensors")
-    make(Op.SINK, xs, [], [], {"fn": fn, "multi": multi}, name=name)
+    _check_arity(fn, 2, what, "value, point")
+    make(Op.SINK, xs, [], [], {"fn": fn, "multi": multi, "fn_name": getattr(fn, "__name__", repr(fn)),
+                               "of": [v.name for v in xs]}, name=name)
+
+
+def _check_arity(fn, n, what, expect):
+    """``fn`` must accept ``n`` positional arguments; said when the op is created, not at run time."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # builtins without a signature: trust them
+        return
+    try:
+        sig.bind(*([None] * n))
+    except TypeError:
+        raise TypeError(f"{what}: fn {getattr(fn, '__name__', fn)}{sig} cannot be called with {n} positional "
+                        f"argument(s) ({expect})") from None

@@ -70,6 +70,12 @@ def resolve_bounds(prog, pdg, bounds: dict, live) -> dict:
     """Check the user's bounds: known keys, positive ints, every needed bound present."""
     out = {}
     for k, v in bounds.items():
+        if hasattr(k, "dim") and hasattr(k, "name") and k.dim.program is not prog:
+            raise CompileError(f"bound {k.name} in compile(bounds=...) belongs to another tl.Program; use this "
+                               f"program's bounds ({', '.join(b.name for b in prog.bounds)}) or their names")
+        if hasattr(k, "bound") and hasattr(k, "program"):
+            raise CompileError(f"compile(bounds=...) is keyed by bounds, not dims: write {k.bound.name} (or "
+                               f"{k.bound.name!r}) instead of {k.name}")
         name = k.name if hasattr(k, "name") and hasattr(k, "dim") else k
         if not isinstance(name, str) or name not in {b.name for b in prog.bounds}:
             raise CompileError(

@@ -1,11 +1,18 @@
 """numba kernels for chains of elementwise ops joined at one point (CPU backend).
 
-A *chain* is a run of UNARY/BINARY ops of one group (same domain, same point) with
-one static shape and one float dtype, whose operands are chain members, full arrays
-of that shape, or 0-d values. It becomes one loop over the flat elements, rendered as
-Python source, written to the kernel cache (:mod:`timerl.kernels.cache`, named by the hash of the source)
-and compiled with ``numba.njit(cache=True, error_model="numpy")`` (IEEE results like numpy's, e.g. x / 0 = inf, never a Python ZeroDivisionError); the outputs are the members read outside
-the chain.
+A *chain* is a run of UNARY/BINARY ops of one group (same domain, same point) that
+share one static shape ``S`` and one float dtype, each reading a chain member. Operands
+from outside the chain may have any shape that broadcasts to ``S`` under NumPy's rules
+(0-d values, size-1 axes, missing leading axes); a member whose own shape differs from
+``S`` starts a new chain, where the old chain's output is such an operand.
+
+A chain becomes one loop nest over ``S`` in which every operand is indexed by its own
+shape (NumPy's alignment of trailing axes; index 0 along an axis of length 1 or a
+missing leading axis, which the caller pads with length-1 axes). The source is written
+to the kernel cache (:mod:`timerl.kernels.cache`, named by the hash of the source) and compiled with
+``numba.njit(cache=True, error_model="numpy")`` (IEEE results like numpy's, e.g.
+x / 0 = inf, never a Python ZeroDivisionError); the outputs are the members read
+outside the chain, arrays of shape ``S``.
 """
 
 from __future__ import annotations
@@ -23,9 +30,9 @@ from . import cache
 
 EXPR = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
-    "minimum": "min({0}, {1})", "maximum": "max({0}, {1})",
+    "minimum": "np.minimum({0}, {1})", "maximum": "np.maximum({0}, {1})",
     "neg": "(-{0})", "exp": "np.exp({0})", "log": "np.log({0})", "tanh": "np.tanh({0})", "sqrt": "np.sqrt({0})",
-    "abs": "abs({0})", "relu": "max({0}, Z)",
+    "abs": "abs({0})", "relu": "np.maximum({0}, Z)",
 }
 FLOATS = (np.dtype("float32"), np.dtype("float64"))
 
@@ -38,8 +45,16 @@ def kernelable(pdg, n) -> bool:
             and all(isinstance(s, int) for s in node.shape) and len(node.shape) >= 1)
 
 
+def broadcasts_to(shape, target) -> bool:
+    """Whether an operand of ``shape`` broadcasts to ``target`` (NumPy's rules)."""
+    shape, target = tuple(shape), tuple(target)
+    if len(shape) > len(target) or not all(isinstance(s, int) for s in shape):
+        return False
+    return all(s in (1, t) for s, t in zip(shape, target[len(target) - len(shape):]))
+
+
 def chains(pdg, members) -> list[list]:
-    """Maximal runs of kernelable members connected by same-point edges, in member order."""
+    """Maximal runs of kernelable members of one shape and dtype, each reading the run, in member order."""
     out, cur = [], []
     for n in members:
         node = pdg.rec(n)
@@ -47,10 +62,7 @@ def chains(pdg, members) -> list[list]:
         if ok:
             for p, e in pdg.inputs(n):
                 pn = pdg.rec(p)
-                if p in cur:
-                    continue
-                shp = tuple(pn.shapes[e.out])
-                if not (shp == tuple(node.shape) or shp == ()) or np.dtype(pn.dtypes[e.out]) != np.dtype(node.dtype):
+                if not broadcasts_to(pn.shapes[e.out], node.shape) or np.dtype(pn.dtypes[e.out]) != np.dtype(node.dtype):
                     ok = False
         if ok and cur and (tuple(pdg.rec(cur[0]).shape) != tuple(node.shape)
                            or pdg.rec(cur[0]).dtype != node.dtype
@@ -69,39 +81,62 @@ def chains(pdg, members) -> list[list]:
 
 
 def render(pdg, chain, outputs) -> tuple[str, list]:
-    """Kernel source and its external operands [(producer, edge, is_scalar)]."""
+    """Kernel source and its external operands [(producer, edge, shape)], in parameter order.
+
+    The kernel takes the chain's shape, then its operands: 0-d ones as Python floats, the
+    others as arrays of the chain's rank (the caller reshapes an operand of lower rank,
+    prepending axes of length 1, which is free). Each operand is indexed by its own
+    static shape: ``0`` along its axes of length 1 where the chain's is longer (NumPy's
+    broadcasting), the loop index elsewhere. Extents are parameters, not constants, so
+    one kernel serves every shape with the same ops, rank, dtype and broadcast pattern.
+    """
     node0 = pdg.rec(chain[0])
+    target = tuple(node0.shape)
+    rank = len(target)
     dt = np.dtype(node0.dtype).name
+    at = ", ".join(f"j{a}" for a in range(rank))
     ext, names, body = [], {}, []
+    ind = "    " * (rank + 1)
+    local = {n: j for j, n in enumerate(chain)}  # names by position, so equal chains share one source
     for n in chain:
         args = []
         for p, e in pdg.inputs(n):
-            if p in chain:
-                args.append(f"t{p}")
+            if p in local:
+                args.append(f"t{local[p]}")
                 continue
             key = (p, e.out)
             if key not in names:
-                scalar = tuple(pdg.rec(p).shapes[e.out]) == ()
-                names[key] = f"x{len(ext)}"
-                ext.append((p, e, scalar))
-            k = list(names).index(key)
-            args.append(f"x{k}" if ext[k][2] else f"x{k}[j]")
-        body.append(f"        t{n} = np.{dt}({EXPR[pdg.rec(n).attrs['fn']].format(*args)})")
-    params = ", ".join([f"x{k}" for k in range(len(ext))] + ["n"])
-    # the types the interpreter passes: flat C-contiguous arrays, Python floats, an int length
-    sig = "(" + ", ".join("float64" if scalar else f"{dt}[::1]" for _, _, scalar in ext) + ", int64)"
-    src = ["import numpy as np", "import numba", "", f"Z = np.{dt}(0)", f"SIG = {sig!r}", "",
+                names[key] = len(ext)
+                ext.append((p, e, tuple(pdg.rec(p).shapes[e.out])))
+            k = names[key]
+            shape = ext[k][2]
+            args.append(f"x{k}[{operand_index(shape, target)}]" if shape else f"x{k}")
+        body.append(f"{ind}t{local[n]} = np.{dt}({EXPR[pdg.rec(n).attrs['fn']].format(*args)})")
+    params = ", ".join(["shape"] + [f"x{k}" for k in range(len(ext))])
+    # the types the interpreter passes: the shape, arrays of the chain's rank, floats for 0-d
+    arr = f"numba.types.Array(numba.{dt}, {rank}, 'A', readonly=True)"  # accepts every layout, writable or not
+    sig = "(" + ", ".join([f"numba.types.UniTuple(numba.int64, {rank})"]
+                          + [arr if s else "numba.float64" for _, _, s in ext]) + ",)"
+    src = ["import numpy as np", "import numba", "", f"Z = np.{dt}(0)", f"SIG = {sig}", "",
            "@numba.njit(cache=True, fastmath=False, error_model=\"numpy\")", f"def kernel({params}):"]
-    for k, (_, _, scalar) in enumerate(ext):
-        if scalar:
+    for k, (_, _, s) in enumerate(ext):
+        if not s:
             src.append(f"    x{k} = np.{dt}(x{k})")
     for o in outputs:
-        src.append(f"    o{o} = np.empty(n, np.{dt})")
-    src.append("    for j in range(n):")
+        src.append(f"    o{local[o]} = np.empty(shape, np.{dt})")
+    for a in range(rank):
+        src.append("    " * (a + 1) + f"for j{a} in range(shape[{a}]):")
     src += body
-    src += [f"        o{o}[j] = t{o}" for o in outputs]
-    src.append(f"    return ({''.join(f'o{o}, ' for o in outputs)})")
+    src += [f"{ind}o{local[o]}[{at}] = t{local[o]}" for o in outputs]
+    src.append(f"    return ({''.join(f'o{local[o]}, ' for o in outputs)})")
     return "\n".join(src) + "\n", ext
+
+
+def operand_index(shape, target) -> str:
+    """Index of an operand of ``shape`` at the loop point over ``target`` (ranks aligned on the right)."""
+    off = len(target) - len(shape)
+    return ", ".join("0" if a < off or (shape[a - off] == 1 and target[a] != 1) else f"j{a}"
+                     for a in range(len(target)))
 
 
 def load(src: str):
@@ -123,8 +158,10 @@ def load(src: str):
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # numba's cache pickles refer to the module by name
     spec.loader.exec_module(mod)
-    # compile (or load from the cache) now, at compile time, not at the first call mid-run;
-    # other argument types still dispatch lazily
+    # compile (or load from the cache) now, at compile time, not at the first call mid-run
     mod.kernel.compile(mod.SIG)
+    # C-contiguous and strided arrays then share this one compiled signature (numba casts the
+    # layout) instead of compiling another specialization at their first call, mid-run
+    mod.kernel.disable_compile()
     _loaded[h] = mod.kernel
     return mod.kernel

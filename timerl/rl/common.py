@@ -87,7 +87,8 @@ def check_args(args):
         v = getattr(args, f)
         need(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v > 0,
              f"--{f.replace('_', '-')} must be a positive int, got {v!r}")
-    need(isinstance(args.seed, (int, np.integer)) and not isinstance(args.seed, bool), f"--seed must be an int, got {args.seed!r}")
+    need(isinstance(args.seed, (int, np.integer)) and not isinstance(args.seed, bool) and args.seed >= 0,
+         f"--seed must be an int >= 0, got {args.seed!r}")
     need(args.total_steps >= args.num_envs * args.num_steps,
          f"--total-steps {args.total_steps} is less than one iteration (--num-envs x --num-steps = "
          f"{args.num_envs * args.num_steps})")

@@ -324,8 +324,8 @@ def make_env(env_id, num_envs, seed=0, **kwargs) -> Env:
     """
     if not isinstance(num_envs, (int, np.integer)) or isinstance(num_envs, bool) or num_envs <= 0:
         raise EnvError(f"num_envs must be a positive int, got {num_envs!r}")
-    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
-        raise EnvError(f"seed must be an int, got {seed!r}")
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+        raise EnvError(f"seed must be an int >= 0, got {seed!r}")
     if not isinstance(env_id, str):
         raise EnvError(f"env_id must be a string, got {env_id!r}")
     num_envs, seed = int(num_envs), int(seed)

@@ -27,7 +27,8 @@ from ..ir.ops import Op, Slice
 from ..ir.semantics import BINARY, UNARY, evaluate
 from ..kernels import cpu
 from ..schedule.tree import outer_loops, render, ticked, trip_count, walk
-from .reference import _readonly, call_udf
+from .checks import checks_finite, finite, nonfinite_fault
+from .reference import _readonly, call_sink, call_udf
 from .stores import BlockStore
 
 
@@ -85,7 +86,8 @@ class Lowering:
         self.backend, self.kernels = backend, {}
         self.groups, self.tree, self.donated, self.mode = groups, tree, donated, mode
         self.ns = {"np": np, "gather": gather, "gather_keys": gather_keys, "RuntimeFault": RuntimeFault,
-                   "call_udf": call_udf, "ro": _readonly, "evaluate": evaluate, "rng": rng, "min": min, "max": max}
+                   "call_udf": call_udf, "call_sink": call_sink, "ro": _readonly, "evaluate": evaluate, "rng": rng,
+                   "min": min, "max": max}
         self.stored = set()
 
     # names ---------------------------------------------------------------------------
@@ -174,7 +176,7 @@ class Lowering:
             vs = [f"ro({a})" for a in args]
             v = f"[{', '.join(vs)}]" if node.attrs["multi"] else vs[0]
             pt = "{" + ", ".join(f"'{d.name}': d_{d.name}" for d in node.domain) + "}"
-            L.append(f"{self.sym(f'fn{n}', node.attrs['fn'])}({v}, {pt})")
+            L.append(f"call_sink({self.sym(f'node{n}', node)}, {v}, {pt})")
             return L
         elif op in (Op.UNARY, Op.BINARY) and self._fast(n, node, ins):
             fn, cast = self._fast(n, node, ins)
@@ -193,6 +195,12 @@ class Lowering:
             ctx = self.sym(f"ctx{n}", Ctx(node, self.names(node.domain)))
             L.append(f"{ctx}.point = {k}")
             L.append(f"o = evaluate({self.sym(f'node{n}', node)}, [{', '.join(args)}], 0, {ctx})[0]")
+        if self.mode == "check" and checks_finite(node):
+            if n in self.donated:  # the input buffer is overwritten: judge the inputs before the op
+                L.insert(0, f"fin_in = finite([{', '.join(args)}])")
+                L += ["if not finite(o) and fin_in:", f"    nonfinite({n}, {k}, o, None)"]
+            else:
+                L += ["if not finite(o):", f"    nonfinite({n}, {k}, o, [{', '.join(args)}])"]
         self.stored.add(n)
         if n in self.kinds:
             L.append(f"live += s{n}.put({k}, o)")
@@ -223,17 +231,24 @@ class Lowering:
         kid = f"K{chain[0]}"
         self.kernels[kid] = src
         self.ns[kid] = kern
-        node0 = self.pdg.rec(chain[0])
-        size = int(np.prod(node0.shape))
-        args = []
-        for p, e, scalar in ext:
+        target = tuple(self.pdg.rec(chain[0]).shape)
+        args = [self.sym(f"shape{chain[0]}", target)]
+        for p, e, shape in ext:
             a = self.read(chain[0], p, e)
-            args.append(f"float({a})" if scalar else f"{a}.ravel()")
+            if self.mode == "check":  # the kernel indexes each operand by its declared shape: hold it to that
+                want = self.sym(f"shp{p}_{e.out}", shape)
+                a = f"chk_shape({a}, {want}, {p}, {chain[0]})"
+            if not shape:
+                a = f"float({a})"
+            elif len(shape) < len(target):  # prepend length-1 axes: the kernel takes arrays of the chain's rank
+                a = f"{a}.reshape({self.sym(f'pad{p}_{e.out}', (1,) * (len(target) - len(shape)) + shape)})"
+            args.append(a)
         k = self.key(g.domain)
-        shape = self.sym(f"shape{chain[0]}", tuple(node0.shape))
-        L = [f"r = {kid}({', '.join(args + [str(size)])})"]
+        L = [f"r = {kid}({', '.join(args)})"]
+        if self.mode == "check":
+            L += ["if not finite(r):", f"    chain_fault({self.sym(f'chain{chain[0]}', (chain, ext))}, r, [{', '.join(args)}], {k})"]
         for j, o in enumerate(outputs):
-            L.append(f"o = r[{j}].reshape({shape})")
+            L.append(f"o = r[{j}]")
             L += [f"live += s{o}.put({k}, o)"] if o in self.kinds else [f"s{o}[{k}] = o", "live += o.nbytes"]
             if self.mode == "check":
                 L.append(f"fr{o}.discard({k})")
@@ -386,7 +401,8 @@ class Lowering:
                 st.pos, st.lo, st.length, st.shape, st.dtype, ring=st.kind == "circular", plan=self.mode == "plan")
             self.ns[f"fr{n}"] = set()
         if self.mode == "check":
-            self.ns.update(chk=self._chk, chk_many=self._chk_many, bad_free=self._bad_free)
+            self.ns.update(chk=self._chk, chk_many=self._chk_many, bad_free=self._bad_free, chk_shape=self._chk_shape,
+                           finite=finite, nonfinite=self._nonfinite, chain_fault=self._chain_fault)
         code = compile(src, "<timerl schedule>", "exec")
         exec(code, self.ns)  # noqa: S102 - our own generated source
         run, mem, reset = self.ns["make"]()
@@ -412,6 +428,41 @@ class Lowering:
         for k in ks:
             self._chk(store, freed, k, p, n)
         return None
+
+    def _chk_shape(self, v, want, p, n):
+        if np.shape(v) != want:
+            raise RuntimeFault(f"shape check: tensor {self.pdg.rec(p).name!r} has shape {np.shape(v)} at run time "
+                               f"where its op declares {want}, read by {self.pdg.rec(n).name!r}")
+        return v
+
+    def _nonfinite(self, n, k, out, ins):
+        node = self.pdg.rec(n)
+        names = [self.pdg.rec(p).name for p, _ in self.pdg.inputs(n)]
+        fault = nonfinite_fault(node, self._where(n, k), out, ins or [], names)
+        if fault is not None:
+            raise fault
+
+    def _chain_fault(self, chain_ext, r, args, k):
+        """A fused chain produced inf/NaN: find its first op that did so from finite inputs (numpy rules)."""
+        chain, ext = chain_ext
+        pos = {(p, e.out): j + 1 for j, (p, e, _) in enumerate(ext)}  # args[0] is the chain's shape
+        vals, propagated = {}, False
+        for m in chain:
+            node = self.pdg.rec(m)
+            ins = [vals[p] if p in vals else np.asarray(args[pos[(p, e.out)]], self.pdg.rec(p).dtypes[e.out])
+                   for p, e in self.pdg.inputs(m)]
+            ctx = Ctx(node, self.names(node.domain))
+            ctx.point = k
+            with np.errstate(all="ignore"):
+                vals[m] = np.asarray(evaluate(node, ins, 0, ctx)[0])
+            if not finite(vals[m]):
+                self._nonfinite(m, k, vals[m], ins)
+                propagated = True  # an input already held inf/NaN: numpy's rules give it too
+        if propagated:
+            return
+        raise RuntimeFault(f"non-finite check: the numba kernel of {[self.pdg.rec(m).name for m in chain]} produced "
+                           f"inf/NaN at point ({self._where(chain[0], k)}) where numpy's rules give finite values "
+                           "(a backend defect: please report it with this program)")
 
     def _bad_free(self, n, k):
         raise RuntimeFault(f"schedule check: tensor {self.pdg.rec(n).name!r} is freed at point ({self._where(n, k)}) "

@@ -20,6 +20,7 @@ from ..errors import CompileError, RuntimeFault
 from ..ir import rng
 from ..ir.ops import Op, Slice, nbytes
 from ..ir.semantics import evaluate
+from .checks import checks_finite, finite, nonfinite_fault
 from .index import compile_cond, compile_expr, compile_index, projector
 
 
@@ -66,8 +67,9 @@ class ReferenceSchedule:
 class ReferenceExecutable:
     backend = "reference"
 
-    def __init__(self, prog, pdg, bounds, seed, analysis, compile_seconds):
+    def __init__(self, prog, pdg, bounds, seed, analysis, compile_seconds, check=False):
         self.prog, self.pdg, self.bounds, self.seed = prog, pdg, bounds, seed
+        self.check = check  # non-finite detection (timerl.runtime.checks)
         self.analysis = analysis
         self.stats = {"peak_bytes": 0, "peak_host_bytes": 0, "compile_seconds": dict(compile_seconds),
                       "run_seconds": 0.0, "kernels": 0, "swapped_bytes": 0}
@@ -210,6 +212,8 @@ class ReferenceExecutable:
                     spatial = _concrete(pnode.shapes[e.out], self, pnode, self.empty_shape[(n, pt, e.pos)])
                     ins.append(np.zeros(shape + spatial, pnode.dtypes[e.out]))
             out = self._eval(n, node, pt, ins)
+            if self.check and out is not None and checks_finite(node) and not finite(out):
+                self._nonfinite(n, node, pt, out, ins)
             if out is not None:
                 vals[key] = out
                 live_bytes += sum(o.nbytes for o in out)
@@ -230,12 +234,18 @@ class ReferenceExecutable:
         self.stats["run_seconds"] = time.perf_counter() - t0
         return self
 
+    def _nonfinite(self, n, node, pt, out, ins):
+        where = ", ".join(f"{d.name} = {v}" for d, v in zip(node.domain, pt)) or "its only point"
+        fault = nonfinite_fault(node, where, out, ins, [self.pdg.rec(p).name for p, _ in self.pdg.inputs(n)])
+        if fault is not None:
+            raise fault
+
     def _eval(self, n, node, pt, ins):
         op = node.op
         if op is Op.SINK:
             vs = [_readonly(v) for v in ins]
             point = {d.name: int(v) for d, v in zip(node.domain, pt)}
-            node.attrs["fn"](vs if node.attrs["multi"] else vs[0], point)
+            call_sink(node, vs if node.attrs["multi"] else vs[0], point)
             return None
         if op in (Op.MERGE, Op.ACCESS):
             return (ins[0],)
@@ -268,30 +278,62 @@ def _readonly(v):
     return v
 
 
+def call_sink(node, value, point):
+    """Call a sink's function; an exception it raises becomes a RuntimeFault naming the sink and the point."""
+    try:
+        node.attrs["fn"](value, point)
+    except Exception as e:  # noqa: BLE001 - the user's function failed; say where (KeyboardInterrupt passes)
+        where = ", ".join(f"{k} = {v}" for k, v in point.items()) or "its only point"
+        of = ", ".join(repr(n) for n in node.attrs.get("of", ()))
+        of = f"tensors {of}" if node.attrs.get("multi") else f"tensor {of}"
+        raise RuntimeFault(f"sink {node.attrs.get('fn_name', 'fn')!r} ({node.name}) of {of} raised at "
+                           f"{where}: {type(e).__name__}: {e}") from e
+
+
 def call_udf(node, ins, pt, batch=None):
     """Call a UDF and check what it returns against its declared outputs."""
     fn, batched = node.attrs["fn"], node.attrs["batched"]
     args = [_readonly(v[None] if batched and batch is None else v) for v in ins]
     where = ", ".join(f"{d.name} = {v}" for d, v in zip(node.domain, pt)) if pt is not None else "its points"
+    where = where or "its only point"
+    udf = f"udf {node.attrs['fn_name']!r} ({node.name})"
     try:
         res = fn(*args)
-    except Exception as e:  # noqa: BLE001 - the user's function failed; say where
-        raise RuntimeFault(f"udf {node.attrs['fn_name']!r} ({node.name}) raised at {where}: {type(e).__name__}: {e}") from e
+    except Exception as e:  # noqa: BLE001 - the user's function failed; say where (KeyboardInterrupt passes)
+        raise RuntimeFault(f"{udf} raised at {where}: {type(e).__name__}: {e}") from e
     n_out = node.attrs["n_out"]
-    res = (res,) if n_out == 1 and not isinstance(res, (tuple, list)) else tuple(res)
+    declared = ", ".join(f"{tuple(s)} {d}" for s, d in zip(node.shapes[:n_out], node.dtypes[:n_out]))
+    if res is None and n_out:
+        raise RuntimeFault(f"{udf} returned None at {where}; declared {n_out} output(s): {declared} "
+                           "(return the arrays)")
+    res = (res,) if n_out == 1 and not isinstance(res, (tuple, list)) else tuple(() if res is None else res)
     if len(res) != n_out:
-        raise RuntimeFault(f"udf {node.attrs['fn_name']!r} ({node.name}) returned {len(res)} values at {where}, "
-                           f"declared {n_out}")
+        raise RuntimeFault(f"{udf} returned {len(res)} values at {where}, declared {n_out}: {declared}")
     out = []
     for k, (r, shape, dt) in enumerate(zip(res, node.shapes, node.dtypes)):
-        r = np.asarray(r)
+        if r is None:
+            raise RuntimeFault(f"{udf} output {k} is None at {where}; declared {tuple(shape)} {dt}")
+        try:
+            r = np.asarray(r)
+        except (ValueError, TypeError) as e:
+            raise RuntimeFault(f"{udf} output {k} at {where} is not an array ({e}); declared {tuple(shape)} {dt}") \
+                from e
         if batched and batch is None:
+            if r.ndim == 0:
+                raise RuntimeFault(f"{udf} (batched) output {k} at {where} is a scalar; a batched UDF returns "
+                                   f"arrays with a leading batch axis, declared (batch,) + {tuple(shape)}")
             r = r[0]
         want = tuple(shape) if batch is None else tuple(batch) + tuple(shape)
         if r.shape != want and all(isinstance(s, int) for s in shape):
-            raise RuntimeFault(f"udf {node.attrs['fn_name']!r} ({node.name}) output {k} has shape {r.shape} at "
-                               f"{where}, declared {tuple(shape)}")
-        out.append(np.array(r, dtype=dt))
+            raise RuntimeFault(f"{udf} output {k} has shape {r.shape} at {where}, declared {tuple(shape)}")
+        if r.dtype.kind not in "biuf":
+            raise RuntimeFault(f"{udf} output {k} has dtype {r.dtype} at {where}, declared {dt}; return bool, "
+                               "int or float arrays")
+        try:
+            out.append(np.array(r, dtype=dt))
+        except (ValueError, TypeError) as e:
+            raise RuntimeFault(f"{udf} output {k} of dtype {r.dtype} at {where} does not convert to the declared "
+                               f"{dt}: {e}") from e
     return tuple(out)
 
 
