@@ -30,7 +30,15 @@ _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 class Categorical:
     """A categorical distribution along the last axis of ``logits`` (numerically stable: the
-    log-probabilities are ``logits - logsumexp(logits)``)."""
+    log-probabilities are ``logits - logsumexp(logits)``).
+
+    ``logits`` must be float with at least one axis (else :class:`tl.ShapeError`); attributes
+    ``logits``, ``log_probs``, ``probs``.
+
+        pi = tl.distributions.Categorical(logits=actor(o))   # logits (N, A)
+        a = pi.sample()                                       # (N,) int64
+        loss = -(pi.log_prob(a) * adv).mean() - 0.01 * pi.entropy().mean()
+    """
 
     @labelled("Categorical")
     def __init__(self, logits):
@@ -42,6 +50,7 @@ class Categorical:
     @property
     @labelled("Categorical")
     def probs(self):
+        """``exp(log_probs)``: the probabilities along the last axis."""
         return named(F.exp(self.log_probs), "probs")
 
     @labelled("Categorical")
@@ -51,6 +60,9 @@ class Categorical:
 
     @labelled("Categorical")
     def log_prob(self, a):
+        """``log π(a)`` of integer actions ``a`` of shape ``logits.shape[:-1]`` (floats are cast to int64),
+        differentiable in the logits; a mismatched shape is a :class:`tl.ShapeError`.
+        """
         a = O.as_tensor(a)
         if a.dtype.kind not in "iu":
             a = a.astype("int64")
@@ -62,11 +74,20 @@ class Categorical:
 
     @labelled("Categorical")
     def entropy(self):
+        """``-Σ p log p`` along the last axis: shape ``logits.shape[:-1]``."""
         return named(-(self.probs * self.log_probs).sum(axis=-1), "entropy")
 
 
 class Normal:
-    """A normal distribution with ``mean`` and learned ``log_std`` (broadcast against each other)."""
+    """A normal distribution with ``mean`` and learned ``log_std`` (broadcast against each other).
+
+    All methods are elementwise: for a diagonal Gaussian policy sum ``log_prob`` and
+    ``entropy`` over the action axis.
+
+        pi = tl.distributions.Normal(mean=actor(o), log_std=log_std)
+        a = pi.sample()                                  # no gradient
+        logp = pi.log_prob(a).sum(axis=-1)
+    """
 
     @labelled("Normal")
     def __init__(self, mean, log_std):
@@ -76,6 +97,7 @@ class Normal:
     @property
     @labelled("Normal")
     def std(self):
+        """``exp(log_std)``."""
         return named(F.exp(self.log_std), "std")
 
     @labelled("Normal")
@@ -89,9 +111,11 @@ class Normal:
 
     @labelled("Normal")
     def log_prob(self, a):
+        """The elementwise log-density of ``a`` (sum over the action axis yourself for a diagonal Gaussian)."""
         z = (a - self.mean) / self.std
         return named(-0.5 * z * z - self.log_std - _LOG_SQRT_2PI, "log_prob")
 
     @labelled("Normal")
     def entropy(self):
+        """The elementwise entropy ``0.5 + log √(2π) + log_std``, broadcast to the mean's shape."""
         return named((0.5 + _LOG_SQRT_2PI + self.log_std) * ones_like(self.mean.detach()), "entropy")

@@ -123,12 +123,15 @@ def at(p, dim, value):
 
 
 class Module:
-    """Base class: subclasses keep parameters and submodules as attributes. A module with a
-    ``name`` runs ``forward`` inside ``tl.name_scope(name)``: its ops are labelled ``<name>.<what>``."""
+    """Base class: subclasses keep parameters and submodules as attributes (lists allowed) and
+    define ``forward(x)``; ``module(x)`` calls it, ``module.parameters()`` collects parameters. A
+    module with a ``name`` runs ``forward`` inside ``tl.name_scope(name)``: its ops are labelled
+    ``<name>.<what>``."""
 
     name = None
 
     def parameters(self) -> list:
+        """The trainable parameters of this module and its submodules, in attribute order (a list of tensors)."""
         out = []
         for v in self.__dict__.values():
             for x in v if isinstance(v, (list, tuple)) else [v]:
@@ -149,6 +152,7 @@ class Module:
         return new
 
     def __call__(self, x):
+        """``module(x)`` is ``module.forward(x)``."""
         if self.name is None:
             return self.forward(x)
         with name_scope(self.name):
@@ -167,7 +171,13 @@ def _at_value(v, dim, value):
 
 class Linear(Module):
     """``y = x @ W + b`` with ``W`` of shape ``(n_in, n_out)`` (orthogonal init with ``gain``) and
-    ``b`` zeros."""
+    ``b`` zeros.
+
+    ``tl.nn.Linear(n_in, n_out, domain=(i,), init="orthogonal", gain=1.0, bias=True)``: the
+    parameters live over ``domain`` (default: the program's first dim); ``init`` is
+    ``"orthogonal"``, ``"zeros"``, ``"ones"``, ``"normal"``, ``"uniform"``, an array, or
+    ``fn(shape, rng)``. ``seed`` fixes the initial values (default: the program's op count).
+    """
 
     def __init__(self, n_in, n_out, domain=None, init="orthogonal", gain=1.0, bias=True, bias_init=0.0,
                  dtype="float32", seed=None, name=None):
@@ -181,6 +191,7 @@ class Linear(Module):
                                   name="bias") if bias else None
 
     def forward(self, x):
+        """``x @ W + b`` on the last spatial axis of ``x`` (length ``n_in``, else :class:`tl.ShapeError`); leading axes broadcast."""
         x = O.as_tensor(x)
         if not x.shape or not O._eq(x.shape[-1], self.n_in):
             raise ShapeError(f"Linear({self.n_in}, {self.n_out}): input {x.name!r} has shape {tuple(x.shape)}")
@@ -195,6 +206,11 @@ class MLP(Module):
     """Linear layers of ``sizes`` with ``activation`` between them (none after the last).
 
     Hidden layers use orthogonal init with ``gain`` (default sqrt(2)), the last ``out_gain``.
+    ``activation`` is ``"tanh"``, ``"relu"``, ``"sigmoid"`` or None (else ``ValueError``).
+
+        net = tl.nn.MLP([4, 64, 64, 2], activation="tanh", domain=(i,))
+        logits = net(o)                 # o: shape (N, 4) -> (N, 2)
+        params = net.parameters()       # 6 tensors: weights and biases
     """
 
     def __init__(self, sizes, activation="tanh", domain=None, init="orthogonal", gain=math.sqrt(2.0),
@@ -218,6 +234,7 @@ class MLP(Module):
             ]
 
     def forward(self, x):
+        """The layers applied in order, ``activation`` between them: ``(..., sizes[0]) -> (..., sizes[-1])``."""
         act = _ACT[self.activation]
         for k, layer in enumerate(self.layers):
             x = layer(x)

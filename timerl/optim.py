@@ -83,6 +83,13 @@ def _replace_hold(p, new):
 
 
 class Optimizer:
+    """Base class of the optimizers: ``params``, a learning rate ``lr`` (a float or a tensor over
+    the update's domain, e.g. ``linear_schedule(lr, i)``) and global-norm clipping
+    (``max_grad_norm``). ``step(loss)`` adds the update recurrence; subclasses define ``update``.
+
+    An empty ``params`` or one that is not a parameter placeholder is a :class:`tl.CompileError`.
+    """
+
     def __init__(self, params, lr, max_grad_norm=None):
         self.params = list(params)
         if not self.params:
@@ -95,12 +102,22 @@ class Optimizer:
         self.prog = self.params[0].prog
 
     def final(self, p):
+        """The parameter after its last update (see :func:`timerl.optim.final`), a tensor of domain () to sink."""
         return final(p)
 
     # the update recurrence ----------------------------------------------------------------
     def step(self, loss, dim=None):
         """Add ``p[.., u + 1] = update(p, grad of loss)`` for every parameter, along ``dim`` (by
-        default the parameters' only dim)."""
+        default the parameters' only dim); returns ``self``.
+
+        ``loss`` has shape ``()`` and the parameters' domain (or less): over ``(i,)`` this is
+        ``p[i + 1] = update(p[i], ∇loss[i])``; with parameters over ``(i, k)``, ``dim=k`` makes
+        several updates per iteration. Calling it twice for one parameter, parameters of
+        different domains, or a missing ``dim`` for 2-d parameters is a :class:`tl.CompileError`.
+
+            opt = tl.optim.Adam(net.parameters(), lr=1e-3)
+            opt.step(loss)
+        """
         with self.prog, name_scope(type(self).__name__.lower()):
             u = self._update_dim(dim)
             grads = grad(loss, self.params)
@@ -168,21 +185,28 @@ class Optimizer:
 
 
 class SGD(Optimizer):
-    """``p[i + 1] = p[i] - lr * g[i]``."""
+    """``p[i + 1] = p[i] - lr * g[i]``: ``tl.optim.SGD(params, lr, max_grad_norm=None)``."""
 
     def update(self, j, p, g):
+        """The update of parameter ``p`` (the ``j``-th) from its gradient ``g``: ``p - lr * g``."""
         return p - self._lr(p) * g
 
 
 class Adam(Optimizer):
     """Adam (Kingma & Ba) as in ``torch.optim.Adam``: bias-corrected moments, ``eps`` added to
-    the corrected root second moment."""
+    the corrected root second moment.
+
+    ``tl.optim.Adam(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, max_grad_norm=None)``; the
+    moments are placeholders over the parameters' domain, the step count is ``i + 1`` (or
+    ``i * K + k + 1`` over ``(i, k)``).
+    """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, max_grad_norm=None):
         super().__init__(params, lr, max_grad_norm)
         self.betas, self.eps = (float(betas[0]), float(betas[1])), float(eps)
 
     def update(self, j, p, g):
+        """The update of parameter ``p`` (the ``j``-th) from its gradient ``g``, with moment placeholders ``m``, ``v``."""
         b1, b2 = self.betas
         u = p.domain[-1]
         m, v = self.state(p, "m"), self.state(p, "v")

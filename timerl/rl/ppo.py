@@ -22,6 +22,10 @@ from .common import ArgError, CommonArgs, History, compile_algorithm, env_kwargs
 
 @dataclasses.dataclass
 class Args(CommonArgs):
+    """The arguments of :func:`timerl.rl.ppo` (the ``timerl train ppo`` flags), with the fields of
+    :class:`~timerl.rl.common.CommonArgs` (env, num_envs, num_steps, total_steps, seed, backend, lr,
+    gamma, hidden, layers, ...)."""
+
     epochs: int = 4
     """K epochs: passes over the rollout per iteration"""
     minibatches: int = 4
@@ -143,5 +147,13 @@ def ppo(callback=None, **kwargs):
     """Build and compile PPO; keyword arguments are the fields of :class:`Args` (the CLI flags).
 
     The executable carries ``exe.history`` (rows per iteration), ``exe.env`` and ``exe.args``.
+    ``callback(row)`` sees each iteration's row as it completes (``iteration``, ``env_steps``,
+    ``mean_return``, ``episodes``, ``pg_loss``, ``v_loss``, ``entropy``, ``approx_kl``,
+    ``seconds``). A bad argument is a :class:`tl.rl.ArgError` (a ValueError).
+
+        exe = tl.rl.ppo(env="CartPole-v1", num_envs=4, num_steps=32, total_steps=256,
+                        epochs=1, minibatches=2, backend="numpy")
+        exe.run()
+        print(exe.history.rows[-1]["mean_return"])
     """
     return compile_algorithm(Args, check, build, callback, kwargs)

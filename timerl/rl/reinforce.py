@@ -21,6 +21,9 @@ from .common import ArgError, CommonArgs, History, compile_algorithm, env_kwargs
 
 @dataclasses.dataclass
 class Args(CommonArgs):
+    """The arguments of :func:`timerl.rl.reinforce` (the ``timerl train reinforce`` flags), with the
+    fields of :class:`~timerl.rl.common.CommonArgs`."""
+
     lr: float = 1e-3
     """Adam learning rate α (annealed linearly to 0 over the iterations when anneal_lr)"""
     nstep: int = None
@@ -90,5 +93,12 @@ def reinforce(callback=None, **kwargs):
     """Build and compile REINFORCE; keyword arguments are the fields of :class:`Args` (the CLI flags).
 
     The executable carries ``exe.history`` (rows per iteration), ``exe.env`` and ``exe.args``.
+    ``callback(row)`` sees each iteration's row as it completes (``iteration``, ``env_steps``,
+    ``mean_return``, ``episodes``, ``loss``, ``entropy``, ``seconds``). A bad argument is a
+    :class:`tl.rl.ArgError` (a ValueError).
+
+        exe = tl.rl.reinforce(env="CartPole-v1", num_envs=4, num_steps=32, total_steps=256,
+                              nstep=8, backend="numpy")
+        exe.run()
     """
     return compile_algorithm(Args, check, build, callback, kwargs)

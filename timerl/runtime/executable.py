@@ -157,6 +157,23 @@ def build_executable(prog, pdg, bounds, analysis, times, backend="numba", seed=0
 
 
 class Executable:
+    """A compiled program: ``prog.compile(...)`` returns one; ``exe.run()`` runs it.
+
+    Attributes:
+        schedule: the schedule tree; ``print(exe.schedule)`` shows Python-like loops,
+            statement executions, frees and swaps (for ``"reference"``, its demand order).
+        pdg: the optimized dependence graph (a ``networkx.MultiDiGraph``).
+        stats: a dict, filled by ``run()``: ``peak_bytes`` (peak of live tensor bytes),
+            ``peak_host_bytes``, ``compile_seconds`` (a dict per stage), ``run_seconds``,
+            ``kernels`` (generated kernels), ``swapped_bytes``, ``planned_peak_bytes``,
+            ``statements``, ``donations``.
+        backend, bounds, seed, source: how it was compiled (``source``: the lowered Python).
+
+        exe = prog.compile(bounds={"T": 4}, backend="numpy")
+        exe.run()
+        print(exe.stats["peak_bytes"], exe.schedule)
+    """
+
     def __init__(self, prog, pdg, bounds, seed, analysis, plan, backend, check, times, planned):
         self.prog, self.pdg, self.bounds, self.seed = prog, pdg, bounds, seed
         self.analysis, self.plan, self.backend, self.check = analysis, plan, backend, check
@@ -176,8 +193,15 @@ class Executable:
         return self.stats["planned_peak_bytes"]
 
     def run(self, progress=False):
-        """Run the whole program; ``progress=True`` shows a tqdm bar on stderr that advances once
-        per iteration of the schedule's outermost loop (for RL programs: per training iteration)."""
+        """Run the whole program once; returns ``self``.
+
+        Each call re-runs everything: sinks and UDFs fire again and random values repeat (they
+        depend only on the seed, op and point). ``progress=True`` shows a tqdm bar on stderr that
+        advances once per iteration of the schedule's outermost loop (RL programs: per training
+        iteration).
+        Afterwards ``stats`` holds ``peak_bytes`` and ``run_seconds``. An error inside the program
+        (e.g. ``max`` over an empty slice) is a :class:`tl.RuntimeFault` naming the tensor and point.
+        """
         for s in self._stores:
             s.clear()
         self._reset()

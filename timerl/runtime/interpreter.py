@@ -158,6 +158,12 @@ class Lowering:
             L.append("else:")
             msg = f"placeholder {node.name!r}: no branch applies at point "
             L.append(f"    raise RuntimeFault({msg!r} + str({k}))")
+        elif op is Op.ACCESS and not ins:  # the producer has no demanded point: the slice is empty everywhere
+            ctx = self.sym(f"ctx{n}", Ctx(node, self.names(node.domain)))
+            shape = self.sym(f"sp{n}", node.shape)
+            L.append(f"{ctx}.point = {k}")
+            L.append(f"o = np.zeros(tuple(s if isinstance(s, int) else {ctx}.resolve(s) for s in {shape}), "
+                     f"{self.sym(f'dt{n}', np.dtype(node.dtype))})")
         elif op is Op.ACCESS:
             L.append(f"o = {args[0]}")
         elif op is Op.CONST:

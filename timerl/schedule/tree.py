@@ -249,6 +249,7 @@ class ScheduleTree:
         return s
 
     def calls(self):
+        """Every statement execution (``Call``) in the tree, in order."""
         return list(walk(self.tree))
 
     def __str__(self):
