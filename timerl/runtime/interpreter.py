@@ -247,7 +247,8 @@ class Lowering:
             if not shape:
                 a = f"float({a})"
             elif len(shape) < len(target):  # prepend length-1 axes: the kernel takes arrays of the chain's rank
-                a = f"{a}.reshape({self.sym(f'pad{p}_{e.out}', (1,) * (len(target) - len(shape)) + shape)})"
+                pad = (1,) * (len(target) - len(shape)) + shape  # per rank: chains of other ranks read p too
+                a = f"{a}.reshape({self.sym(f'pad{p}_{e.out}_{len(target)}', pad)})"
             args.append(a)
         k = self.key(g.domain)
         L = [f"r = {kid}({', '.join(args)})"]
