@@ -112,3 +112,12 @@ def test_broadcasts_to_follows_numpy(shape, target, ok):
     assert cpu.broadcasts_to(shape, target) is ok
     numpy_ok = _broadcastable(shape, target) and np.broadcast_shapes(shape, target) == target
     assert numpy_ok is ok
+
+
+def test_operand_index_reads_broadcast_axes_at_zero():
+    # ranks aligned on the right; missing leading axes and length-1 axes read at 0
+    assert cpu.operand_index((3,), (2, 4, 3)) == "0, 0, j2"
+    assert cpu.operand_index((4, 1), (2, 4, 3)) == "0, j1, 0"
+    assert cpu.operand_index((2, 1, 3), (2, 4, 3)) == "j0, 0, j2"
+    assert cpu.operand_index((2, 4, 3), (2, 4, 3)) == "j0, j1, j2"
+    assert cpu.operand_index((1, 1), (1, 1)) == "j0, j1"

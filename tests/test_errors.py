@@ -410,3 +410,21 @@ def test_reference_plan_names_the_tensors_of_a_point_cycle():
     fake = analysis.Analysis(model, live, demand)
     with pytest.raises(tl.CompileError, match=r"cycle.*'xx'.*'yy'|cycle.*'yy'.*'xx'"):
         ReferenceExecutable(prog, prog.pdg.subgraph(live).copy(), {"T": 3}, 0, fake, {})
+
+
+@pytest.mark.parametrize("backend", ["reference", "numpy", "numba"])
+def test_slice_empty_at_every_point(backend):
+    """x[t:0] reads nothing anywhere: x itself is never demanded (it was an IndexError at compile)."""
+    prog, t, T = prog_t()
+    got = {}
+    with prog:
+        x = tl.tensor(np.arange(3, dtype="float32"), (t,), name="x")
+        tl.sink(x[t:0].sum() + 1.0, lambda v, p: got.__setitem__(p["t"], float(v)))
+    prog.compile({"T": 3}, backend=backend).run()
+    assert got == {0: 1.0, 1: 1.0, 2: 1.0}
+    prog, t, T = prog_t()
+    with prog:
+        x = tl.tensor(np.arange(3, dtype="float32"), (t,), name="x")
+        tl.sink(x[t:0].max(), lambda v, p: None, name="m")
+    with pytest.raises(tl.RuntimeFault, match=r"max over an empty slice .* t = 0"):
+        prog.compile({"T": 3}, backend=backend).run()

@@ -180,6 +180,7 @@ class Plan:
                        self.inline, self.kinds)
         out = low.build(self.frees)
         self.kernels = low.kernels
+        self.progress_units = low.progress_units()
         if mode != "plan":
             self.donated = low.donated  # the lowering may decline a donation it cannot do in place
             self.schedule.donated = low.donated

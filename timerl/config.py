@@ -21,14 +21,22 @@ def _flag(name: str) -> bool:
 
 @dataclasses.dataclass
 class Config:
+    """timerl's settings (the one object is ``timerl.config.config``), read from the environment
+    when timerl is imported; change them for a block with :func:`override`."""
+
     debug: bool = dataclasses.field(default_factory=lambda: _flag("TIMERL_DEBUG"))
+    """TIMERL_DEBUG: dump generated kernel source and schedule stages"""
     check: bool = dataclasses.field(default_factory=lambda: _flag("TIMERL_CHECK"))
+    """TIMERL_CHECK: compile instrumented runs (every read after its write and before its free)
+    and verify the PDG after every pass"""
     verify: bool = dataclasses.field(default_factory=lambda: _flag("TIMERL_VERIFY"))
+    """TIMERL_VERIFY: verify the PDG after every pass, without instrumenting runs (the tests set it)"""
     cache_dir: str = dataclasses.field(
         default_factory=lambda: os.environ.get(
             "TIMERL_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "timerl")
         )
     )
+    """TIMERL_CACHE_DIR: where compiled kernels are cached (default ~/.cache/timerl)"""
 
 
 config = Config()
@@ -36,6 +44,13 @@ config = Config()
 
 @contextlib.contextmanager
 def override(**kw):
+    """Set configuration values inside a ``with`` block and restore them after it.
+
+        with timerl.config.override(check=True):
+            exe = prog.compile(bounds={"T": 4})
+
+    An unknown setting is an ``AttributeError``. Settings: ``debug``, ``check``, ``verify``, ``cache_dir``.
+    """
     old = {k: getattr(config, k) for k in kw}
     for k, v in kw.items():
         if not hasattr(config, k):

@@ -36,6 +36,7 @@ from __future__ import annotations
 from .api import functions as F
 from .api import ops as O
 from .api.autodiff import bound_value, grad
+from .api.naming import name_scope, relative
 from .api.tensor import RecurrentTensor
 from .errors import CompileError
 from .ir.ops import Edge
@@ -45,8 +46,9 @@ __all__ = ["SGD", "Adam", "Optimizer", "linear_schedule", "final"]
 
 def linear_schedule(lr, dim, end=0.0, dtype="float32"):
     """``lr * (1 - d / D) + end * d / D`` over ``dim`` (CleanRL's learning-rate annealing)."""
-    frac = O.dim_value(dim).astype(dtype) / bound_value(dim.bound).astype(dtype)
-    return lr * (1.0 - frac) + end * frac
+    with name_scope("linear_schedule"):
+        frac = O.dim_value(dim).astype(dtype) / bound_value(dim.bound).astype(dtype)
+        return lr * (1.0 - frac) + end * frac
 
 
 def final(p):
@@ -54,9 +56,10 @@ def final(p):
     dims = p.domain
     if p.prog.pdg.nodes[p.nid].get("update_dim") is None:
         raise CompileError(f"parameter {p.name!r} has no update yet: call opt.step(loss) first")
-    if len(dims) == 1:
-        return p[dims[0].bound]
-    return p[tuple(d.bound - 1 for d in dims[:-1]) + (dims[-1].bound,)]
+    with name_scope("final"):
+        if len(dims) == 1:
+            return p[dims[0].bound]
+        return p[tuple(d.bound - 1 for d in dims[:-1]) + (dims[-1].bound,)]
 
 
 def _replace_hold(p, new):
@@ -80,6 +83,13 @@ def _replace_hold(p, new):
 
 
 class Optimizer:
+    """Base class of the optimizers: ``params``, a learning rate ``lr`` (a float or a tensor over
+    the update's domain, e.g. ``linear_schedule(lr, i)``) and global-norm clipping
+    (``max_grad_norm``). ``step(loss)`` adds the update recurrence; subclasses define ``update``.
+
+    An empty ``params`` or one that is not a parameter placeholder is a :class:`tl.CompileError`.
+    """
+
     def __init__(self, params, lr, max_grad_norm=None):
         self.params = list(params)
         if not self.params:
@@ -92,13 +102,23 @@ class Optimizer:
         self.prog = self.params[0].prog
 
     def final(self, p):
+        """The parameter after its last update (see :func:`timerl.optim.final`), a tensor of domain () to sink."""
         return final(p)
 
     # the update recurrence ----------------------------------------------------------------
     def step(self, loss, dim=None):
         """Add ``p[.., u + 1] = update(p, grad of loss)`` for every parameter, along ``dim`` (by
-        default the parameters' only dim)."""
-        with self.prog:
+        default the parameters' only dim); returns ``self``.
+
+        ``loss`` has shape ``()`` and the parameters' domain (or less): over ``(i,)`` this is
+        ``p[i + 1] = update(p[i], ∇loss[i])``; with parameters over ``(i, k)``, ``dim=k`` makes
+        several updates per iteration. Calling it twice for one parameter, parameters of
+        different domains, or a missing ``dim`` for 2-d parameters is a :class:`tl.CompileError`.
+
+            opt = tl.optim.Adam(net.parameters(), lr=1e-3)
+            opt.step(loss)
+        """
+        with self.prog, name_scope(type(self).__name__.lower()):
             u = self._update_dim(dim)
             grads = grad(loss, self.params)
             if self.max_grad_norm is not None:
@@ -152,8 +172,8 @@ class Optimizer:
         x[tuple(d + 1 if d is u else d for d in dom)] = new
 
     def state(self, p, name):
-        """A state placeholder like ``p`` with ``s[0, ...] = 0``."""
-        s = O.placeholder(p.shape, p.dtype, p.domain, name=f"{name}({p.name})")
+        """A state placeholder like ``p`` with ``s[0, ...] = 0``, labelled ``<optimizer>.<name>(<p>)``."""
+        s = O.placeholder(p.shape, p.dtype, p.domain, name=f"{name}({relative(p.name)})")
         s[(0,) * len(p.domain)] = O.const(0, dtype=p.dtype)
         return s
 
@@ -165,24 +185,31 @@ class Optimizer:
 
 
 class SGD(Optimizer):
-    """``p[i + 1] = p[i] - lr * g[i]``."""
+    """``p[i + 1] = p[i] - lr * g[i]``: ``tl.optim.SGD(params, lr, max_grad_norm=None)``."""
 
     def update(self, j, p, g):
+        """The update of parameter ``p`` (the ``j``-th) from its gradient ``g``: ``p - lr * g``."""
         return p - self._lr(p) * g
 
 
 class Adam(Optimizer):
     """Adam (Kingma & Ba) as in ``torch.optim.Adam``: bias-corrected moments, ``eps`` added to
-    the corrected root second moment."""
+    the corrected root second moment.
+
+    ``tl.optim.Adam(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, max_grad_norm=None)``; the
+    moments are placeholders over the parameters' domain, the step count is ``i + 1`` (or
+    ``i * K + k + 1`` over ``(i, k)``).
+    """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, max_grad_norm=None):
         super().__init__(params, lr, max_grad_norm)
         self.betas, self.eps = (float(betas[0]), float(betas[1])), float(eps)
 
     def update(self, j, p, g):
+        """The update of parameter ``p`` (the ``j``-th) from its gradient ``g``, with moment placeholders ``m``, ``v``."""
         b1, b2 = self.betas
         u = p.domain[-1]
-        m, v = self.state(p, "adam_m"), self.state(p, "adam_v")
+        m, v = self.state(p, "m"), self.state(p, "v")
         m_new = b1 * m + (1 - b1) * g
         v_new = b2 * v + (1 - b2) * g * g
         self._add_update(m, m_new, u)

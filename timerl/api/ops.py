@@ -215,6 +215,7 @@ def binary(fn: str, a, b) -> RecurrentTensor:
 
 
 def cast(x, dtype) -> RecurrentTensor:
+    """``x`` converted to ``dtype`` (NumPy casting); ``x.astype(dtype)`` is the same."""
     x = x if isinstance(x, RecurrentTensor) else as_tensor(x, what=f"tl.cast at {user_site()}: its argument")
     dtype = as_dtype(dtype, f"astype of tensor {x.name!r}")
     if x.dtype == dtype:
@@ -223,6 +224,11 @@ def cast(x, dtype) -> RecurrentTensor:
 
 
 def where(c, a, b) -> RecurrentTensor:
+    """``tl.where(c, a, b)``: ``a`` where the bool tensor ``c`` holds, else ``b`` (NumPy broadcasting).
+
+    Both ``a`` and ``b`` are evaluated wherever it runs: to exclude reads at some points use
+    placeholder branches instead. A non-bool ``c`` is a :class:`tl.ShapeError`.
+    """
     c = as_tensor(c, what=lambda: f"tl.where at {user_site()}: the condition c")
     if c.dtype != BOOL:
         raise ShapeError(f"tl.where needs a bool condition, got {c.name!r} of dtype {c.dtype}")
@@ -233,14 +239,17 @@ def where(c, a, b) -> RecurrentTensor:
 
 
 def minimum(a, b):
+    """Elementwise minimum of two tensors (NumPy broadcasting and promotion)."""
     return binary("minimum", a, b)
 
 
 def maximum(a, b):
+    """Elementwise maximum of two tensors (``tl.maximum(-adv * ratio, -adv * clipped)``)."""
     return binary("maximum", a, b)
 
 
 def clip(x, lo, hi):
+    """``x`` clipped elementwise to ``[lo, hi]`` (``tl.clip(ratio, 0.8, 1.2)``)."""
     x = as_tensor(x, what=lambda: f"tl.clip at {user_site()}: its argument x")
     for arg, v in (("lo", lo), ("hi", hi)):
         if not isinstance(v, (RecurrentTensor, Expr, Cond)):
@@ -318,6 +327,10 @@ def discounted(x, gamma, axis=0, cumulative=False) -> RecurrentTensor:
 
 
 def matmul(a, b) -> RecurrentTensor:
+    """``tl.matmul(a, b)`` / ``a @ b``: NumPy's ``matmul`` on the spatial axes (1-d operands are
+    promoted and the added axis removed; leading axes broadcast). ``(N, 4) @ (4, 64)`` is
+    ``(N, 64)``. Mismatched inner lengths are a :class:`tl.ShapeError`.
+    """
     (a, b), dt = _promote([a, b], _operand_what("matmul", [a, b]))
     sa, sb = a.shape, b.shape
     if not sa or not sb:
@@ -342,6 +355,7 @@ def _prod(shape):
 
 
 def reshape(x, shape) -> RecurrentTensor:
+    """``x`` with spatial ``shape`` (one -1 is inferred; symbolic lengths allowed); see ``x.reshape``."""
     x = as_tensor(x)
     shape = as_shape(shape, f"reshape of tensor {x.name!r}", symbolic=True, minus_one=True)
     total = _prod(x.shape)
@@ -364,6 +378,7 @@ def reshape(x, shape) -> RecurrentTensor:
 
 
 def permute(x, axes=None) -> RecurrentTensor:
+    """``x`` with its spatial axes permuted by ``axes`` (None: reversed); see ``x.transpose``."""
     x = as_tensor(x)
     axes = tuple(reversed(range(x.ndim))) if axes is None else tuple(_norm_axis(a, x.ndim, x.name) for a in axes)
     if sorted(axes) != list(range(x.ndim)):
@@ -375,6 +390,7 @@ def permute(x, axes=None) -> RecurrentTensor:
 
 
 def broadcast_to(x, shape) -> RecurrentTensor:
+    """``x`` broadcast to spatial ``shape`` (NumPy rules); see ``x.expand``."""
     x = as_tensor(x)
     shape = as_shape(shape, f"broadcast_to of tensor {x.name!r}", symbolic=True)
     if len(shape) < x.ndim:
@@ -389,6 +405,9 @@ def broadcast_to(x, shape) -> RecurrentTensor:
 
 
 def concat(xs, axis=0) -> RecurrentTensor:
+    """Join tensors along spatial ``axis`` (NumPy's ``concatenate``); shapes must agree off the axis
+    (else :class:`tl.ShapeError`); dtypes promote; domains combine by union.
+    """
     xs = list(xs)
     if not xs:
         raise ShapeError("tl.concat needs at least one tensor")
@@ -408,6 +427,7 @@ def concat(xs, axis=0) -> RecurrentTensor:
 
 
 def stack(xs, axis=0) -> RecurrentTensor:
+    """Stack equal-shape tensors along a new spatial ``axis`` (NumPy's ``stack``)."""
     xs = [as_tensor(x, what=f"tl.stack at {user_site()}: entry {k}") if not isinstance(x, RecurrentTensor) else x
           for k, x in enumerate(xs)]
     if not xs:
@@ -424,6 +444,7 @@ def stack(xs, axis=0) -> RecurrentTensor:
 
 
 def squeeze(x, axis=None) -> RecurrentTensor:
+    """``x`` without its length-1 spatial axes (or only ``axis``); see ``x.squeeze``."""
     x = as_tensor(x)
     axes = [k for k, s in enumerate(x.shape) if _is_one(s)] if axis is None else list(_axes(axis, x.ndim, x.name))
     for a in axes:
@@ -433,6 +454,7 @@ def squeeze(x, axis=None) -> RecurrentTensor:
 
 
 def unsqueeze(x, axis) -> RecurrentTensor:
+    """``x`` with a length-1 spatial axis inserted at ``axis``; see ``x.unsqueeze``."""
     x = as_tensor(x)
     axis = _int_axis(axis, x.name)
     ax = axis + x.ndim + 1 if axis < 0 else axis
@@ -504,6 +526,7 @@ def spatial_index(x, key) -> RecurrentTensor:
 
 
 def take(x, idx, axis=None) -> RecurrentTensor:
+    """Gather ``x`` along spatial ``axis`` with the integer tensor ``idx`` (``numpy.take``); see ``x.take``."""
     x = as_tensor(x)
     idx = as_tensor(idx, what=f"take of tensor {x.name!r} at {user_site()}: the index") if not isinstance(
         idx, RecurrentTensor) else idx
@@ -518,6 +541,7 @@ def take(x, idx, axis=None) -> RecurrentTensor:
 
 
 def take_along_axis(x, idx, axis=-1) -> RecurrentTensor:
+    """``numpy.take_along_axis(x, idx, axis)`` on the spatial axes (``idx`` of the same rank)."""
     x = as_tensor(x)
     idx = as_tensor(idx, what=f"take_along_axis of tensor {x.name!r} at {user_site()}: the index") if not \
         isinstance(idx, RecurrentTensor) else idx
@@ -533,6 +557,9 @@ def take_along_axis(x, idx, axis=-1) -> RecurrentTensor:
 
 
 def one_hot(idx, n: int, dtype="float32") -> RecurrentTensor:
+    """``tl.one_hot(idx, n)``: shape ``idx.shape + (n,)``, 1 at each index and 0 elsewhere, in
+    ``dtype`` (float32). ``idx`` must be an integer tensor (else :class:`tl.ShapeError`).
+    """
     idx = as_tensor(idx, what=lambda: f"tl.one_hot at {user_site()}: the index")
     if idx.dtype.kind not in "iu":
         raise ShapeError(f"one_hot: index {idx.name!r} must be an integer tensor, got {idx.dtype}")
@@ -549,6 +576,16 @@ def _domain(domain, prog, what="a tensor"):
 
 
 def tensor(array, domain=(), requires_grad=False, name=None) -> RecurrentTensor:
+    """Data in: a tensor from a numpy array (or anything ``np.array`` accepts).
+
+    The leading ``len(domain)`` axes of ``array`` are the domain dims, in program order; the rest
+    are the spatial shape. At compile their lengths must equal the bounds (else
+    :class:`tl.CompileError`). The dtype is kept (bool stays bool, float64 stays float64).
+    ``requires_grad=True`` makes ``loss.backward()`` compute ``x.grad``; ``name`` is used in
+    errors and printouts.
+
+        r = tl.tensor(np.random.rand(3, 50).astype("float32"), domain=(i, t), name="r")  # shape ()
+    """
     prog = current_program()
     what = who("tl.tensor", name)
     if isinstance(array, RecurrentTensor):
@@ -570,6 +607,10 @@ def tensor(array, domain=(), requires_grad=False, name=None) -> RecurrentTensor:
 
 
 def const(value, shape=(), dtype=None, domain=(), name=None) -> RecurrentTensor:
+    """A constant: ``value`` broadcast to ``shape`` (default: ``value``'s own), constant over ``domain``.
+
+    ``dtype`` defaults to float32 for floats, int64 for ints and bool for bools.
+    """
     return _const_of(value, shape, dtype, domain, name, who("tl.const", name))
 
 
@@ -594,20 +635,26 @@ def _const_of(value, shape, dtype, domain, name, what) -> RecurrentTensor:
 
 
 def zeros(shape, dtype="float32", domain=(), name=None):
+    """A constant tensor of zeros, spatial ``shape``, in ``dtype`` (float32), over ``domain``."""
     return _const_of(0, shape, dtype, domain, name, who("tl.zeros", name))
 
 
 def ones(shape, dtype="float32", domain=(), name=None):
+    """A constant tensor of ones, spatial ``shape``, in ``dtype`` (float32), over ``domain``."""
     return _const_of(1, shape, dtype, domain, name, who("tl.ones", name))
 
 
 def arange(n, dtype="int64", name=None):
+    """The constant ``0, 1, ..., n - 1`` (int64, shape ``(n,)``)."""
     what = who("tl.arange", name)
     n, dtype = as_size(n, what), as_dtype(dtype, what)
     return _const_of(np.arange(n, dtype=dtype), (), dtype, (), name, what)
 
 
 def dim_value(d, name=None) -> RecurrentTensor:
+    """The current value of dim ``d`` as an int64 scalar tensor over ``(d,)``: ``tl.dim_value(t) > 0``
+    is a bool tensor; ``tl.dim_value(k) % M`` picks a minibatch. Not a dim: a ``TypeError``.
+    """
     if not isinstance(d, Dim):
         raise ArgTypeError(f"{who('tl.dim_value', name)}: {describe(d)} is not a dim; pass one of prog.dims")
     prog = d.program
@@ -620,6 +667,18 @@ def dim_value(d, name=None) -> RecurrentTensor:
 
 
 def placeholder(shape, dtype="float32", domain=(), name=None) -> RecurrentTensor:
+    """A tensor defined by branches assigned afterwards: how recurrences are written.
+
+    ``shape`` is the spatial shape (ints or bound expressions), ``dtype`` its element type,
+    ``domain`` its dims. Assign branches in order with ``x[key] = value`` (see
+    :meth:`RecurrentTensor.__setitem__`); at each point the first branch whose condition holds
+    is taken. A point that is read but covered by no branch, or a cycle of reads with no valid
+    order, is a :class:`tl.CompileError` at compile.
+
+        o = tl.placeholder((4,), "float32", (i, t), name="o")
+        o[i, 0] = o0                 # where t == 0
+        o[i, t + 1] = step(o)        # o at t is step(o) at t - 1
+    """
     prog = current_program()
     what = who("tl.placeholder", name)
     shape = as_shape(shape, what, symbolic=True)

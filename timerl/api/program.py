@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import threading
 
-from ..errors import CompileError, user_site
+from ..errors import CompileError
 from ..ir.expr import Bound, Dim
 from ..ir.ops import Edge, Node, Op
 from ..ir.pdg import PDG
+from .naming import label
 
 _local = threading.local()
 
@@ -54,18 +55,21 @@ class Program:
 
     # dims and bounds --------------------------------------------------------------
     def dim(self, name: str) -> Dim:
+        """The dim called ``name`` (``prog.dim("t")``); an unknown name is a ``KeyError`` listing the dims."""
         for d in self.dims:
             if d.name == name:
                 return d
         raise KeyError(f"program has no dim {name!r}; dims are {[d.name for d in self.dims]}")
 
     def bound(self, name: str) -> Bound:
+        """The bound called ``name`` (``prog.bound("T")``, the upper-cased dim name); unknown: ``KeyError``."""
         for b in self.bounds:
             if b.name == name:
                 return b
         raise KeyError(f"program has no bound {name!r}; bounds are {[b.name for b in self.bounds]}")
 
     def sort_domain(self, dims) -> tuple:
+        """``dims`` without repeats, in program order (a dim of another program is a :class:`tl.CompileError`)."""
         uniq = {}
         for d in dims:
             if d.program is not self:
@@ -75,12 +79,14 @@ class Program:
 
     # context ------------------------------------------------------------------
     def __enter__(self):
+        """``with prog:`` makes this the current program: every tensor created inside belongs to it."""
         if not hasattr(_local, "stack"):
             _local.stack = []
         _local.stack.append(self)
         return self
 
     def __exit__(self, *exc):
+        """Leave ``with prog:``; the program can be re-entered later to add more ops (e.g. sinks)."""
         _local.stack.pop()
         return False
 
@@ -89,13 +95,14 @@ class Program:
         """Record a node; ``inputs`` is a list of (producer id, Edge)."""
         n = self._count
         self._count += 1
+        attrs = dict(attrs or {})
         node = Node(
             op=op,
             domain=tuple(domain),
             shapes=tuple(tuple(s) for s in shapes),
             dtypes=tuple(dtypes),
-            attrs=dict(attrs or {}),
-            name=name or user_site(),
+            attrs=attrs,
+            name=label(name, attrs["fn"] if isinstance(attrs.get("fn"), str) else op.value),
             index=n,
         )
         self.pdg.add_op(n, node)
@@ -104,12 +111,36 @@ class Program:
         return n
 
     def next_random_stream(self) -> int:
+        """The creation index of the next random op (the key of its counter-based stream)."""
         k = self._random_count
         self._random_count += 1
         return k
 
     # compile ------------------------------------------------------------------------
     def compile(self, bounds=None, backend="numba", seed=0, memory_budget=None, passes=None, check=None):
+        """Compile the whole program for ``bounds``; returns an :class:`~timerl.runtime.executable.Executable`.
+
+        Args:
+            bounds: a dict from :class:`tl.Bound` objects or their names (``"T"``) to positive ints:
+                the bound of every dim in the domain of a tensor a sink or a parameter update needs,
+                and of every bound used in an index or condition.
+            backend: ``"reference"`` (the point-by-point oracle), ``"numpy"`` (the isl-scheduled
+                interpreter), ``"numba"`` (the default: the same with generated, cached njit kernels)
+                or ``"cuda"``.
+            seed: the seed of every random op (a value depends only on the seed, the op's creation
+                index and the point).
+            memory_budget: bytes; the compiler picks schedules and storage to keep the peak of live
+                tensor bytes under it, or raises :class:`tl.CompileError` stating the least it can meet.
+            passes: a dict from pass name to ``False`` to switch an optimization off (ablation).
+            check: instrument the run (every read after its write and before its free); default
+                ``timerl.config.config.check`` (``TIMERL_CHECK``).
+
+        Raises :class:`tl.CompileError` for a missing or unknown bound, a read outside a tensor's
+        points, a point that no branch covers, a cycle, or a dependence the backend does not support.
+
+            exe = prog.compile(bounds={"I": 3, "T": 50}, backend="numpy")
+            exe.run()
+        """
         from .compile import compile_program
 
         return compile_program(

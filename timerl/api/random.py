@@ -37,7 +37,13 @@ def _random(dist, shape, dtype, domain, operands=(), **params):
 
 
 def uniform(shape=(), domain=(), low=0.0, high=1.0, dtype="float32"):
-    """Uniform samples in ``[low, high)``, independent per point of ``domain``."""
+    """Uniform samples in ``[low, high)`` of spatial ``shape`` and ``dtype``, independent per point of ``domain``.
+
+    Like every random op, the value at a point depends only on (the compile ``seed``, the op's
+    creation index in its program, the point): identical on every backend and across runs.
+
+        noise = tl.random.uniform((3,), domain=(i, t), low=-1.0, high=1.0)
+    """
     what = who("tl.random.uniform")
     return _random("uniform", _shape(shape, what), dtype, domain, low=_float(low, what, "low"),
                    high=_float(high, what, "high"))
@@ -51,7 +57,11 @@ def normal(shape=(), domain=(), mean=0.0, std=1.0, dtype="float32"):
 
 
 def categorical(logits, domain=()):
-    """One sample per row of ``logits`` (along its last axis): int64 of shape ``logits.shape[:-1]``."""
+    """One sample per row of ``logits`` (along its last axis): int64 of shape ``logits.shape[:-1]``.
+
+    Over the logits' domain (and ``domain``); ``logits`` must be float with at least one axis
+    (else :class:`tl.ShapeError`). No gradient flows through a sample.
+    """
     logits = as_tensor(logits, what=lambda: f"tl.random.categorical at {user_site()}: logits")
     if logits.ndim < 1:
         raise ShapeError(f"categorical: logits {logits.name!r} need at least one axis")

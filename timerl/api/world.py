@@ -17,8 +17,19 @@ from .tensor import RecurrentTensor
 def udf(fn, inputs=(), out_shapes=(), out_dtypes=(), batched=False, state=None, name=None):
     """Call ``fn(*arrays)`` once per demanded point, in schedule order; returns a tuple of tensors.
 
-    ``fn`` returns one array per output (a single array when there is one output).
-    UDFs sharing a ``state`` key run in program order relative to each other.
+    ``inputs`` are tensors (or one tensor); the UDF's points are those its inputs share (with
+    no inputs it runs once per run). ``out_shapes`` and ``out_dtypes`` give each output's
+    spatial shape and dtype; ``fn`` receives numpy arrays and returns one array per output (a
+    single array when there is one output). UDFs are never fused; UDFs sharing a ``state``
+    key run in program order relative to each other (e.g. an environment's ``reset`` and
+    ``step``). ``batched=True`` declares that ``fn`` takes and returns arrays with a leading
+    axis of points (a single point arrives with a leading axis of length 1). An ``fn`` that is
+    not callable or cannot take one array per input is a ``TypeError`` when the UDF is created;
+    unequal ``out_shapes`` / ``out_dtypes`` a :class:`tl.ShapeError`;
+    ``fn`` raising, or returning the wrong number or shapes of arrays, a :class:`tl.RuntimeFault`
+    naming the UDF and the point.
+
+        (y,) = tl.udf(lambda a: np.sin(a), [x], [x.shape], ["float32"], name="sin")
     """
     if not callable(fn):
         raise TypeError(f"tl.udf: fn must be callable, got {type(fn).__name__}")
@@ -43,7 +54,18 @@ def udf(fn, inputs=(), out_shapes=(), out_dtypes=(), batched=False, state=None, 
 
 
 def sink(x, fn, name=None):
-    """Call ``fn(value, point)`` once per demanded point of ``x`` (or of a list of tensors)."""
+    """Call ``fn(value, point)`` once per point of ``x``, in schedule order: how values leave a program.
+
+    ``value`` is a numpy array (0-d for shape ``()``), read-only and valid only during the call
+    (copy it to keep it); ``point`` is a dict from dim name to int. Sinks demand every point
+    ``0 <= d < D`` of every dim of ``x`` (sink ``x[i, T]`` to observe a shift-extension point).
+    ``tl.sink([x, y], fn)`` calls ``fn([vx, vy], point)`` at the points they share. A sink keeps
+    what it reads alive: what no sink or parameter update needs is dead code. An ``fn`` that is
+    not callable or cannot take ``(value, point)`` is a ``TypeError`` when the sink is created.
+
+        out = {}
+        tl.sink(g, lambda v, p: out.__setitem__((p["i"], p["t"]), float(v)))
+    """
     if not callable(fn):
         raise TypeError(f"tl.sink: fn must be callable, got {type(fn).__name__}")
     multi = isinstance(x, (list, tuple))

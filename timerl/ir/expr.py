@@ -47,32 +47,41 @@ class Expr:
         return Expr(f(self.e, o))
 
     def __add__(self, o):
+        """``e + k``: an index expression (``t + 1``, ``T - 1``)."""
         return self._bin(o, lambda a, b: a + b)
 
     def __radd__(self, o):
+        """``k + e``."""
         return self._bin(o, lambda a, b: b + a)
 
     def __sub__(self, o):
+        """``e - k``: an index expression."""
         return self._bin(o, lambda a, b: a - b)
 
     def __rsub__(self, o):
+        """``k - e``."""
         return self._bin(o, lambda a, b: b - a)
 
     def __mul__(self, o):
+        """``e * k`` by an int."""
         return self._bin(o, lambda a, b: a * b)
 
     def __rmul__(self, o):
+        """``k * e``."""
         return self._bin(o, lambda a, b: b * a)
 
     def __neg__(self):
+        """``-e``."""
         return Expr(-self.e)
 
     def __floordiv__(self, o):
+        """``e // k`` by a positive int (floor division)."""
         if not isinstance(o, int) or o <= 0:
             raise TypeError("an index expression may only be floor-divided by a positive int")
         return Expr(sympy.floor(self.e / o))
 
     def __mod__(self, o):
+        """``e % k`` by a positive int, e.g. ``(k % M) == 0`` in a branch condition."""
         if not isinstance(o, int) or o <= 0:
             raise TypeError("an index expression may only be taken modulo a positive int")
         return Expr(sympy.Mod(self.e, o))
@@ -86,23 +95,31 @@ class Expr:
         return Cond(f(self.e, o), ident)
 
     def __eq__(self, o):
+        """``e == x``: a :class:`Cond`. For two dims or bounds, ``bool(a == b)`` is ``a is b`` (so ``t in
+        x.domain`` and dict keys work); ``bool()`` of any other condition is a ``TypeError``.
+        """
         ident = (self is o) if isinstance(self, (Dim, Bound)) and isinstance(o, (Dim, Bound)) else None
         return self._cmp(o, sympy.Eq, ident)
 
     def __ne__(self, o):
+        """``e != x``: a :class:`Cond` (for two dims or bounds, ``bool()`` is ``a is not b``)."""
         ident = (self is not o) if isinstance(self, (Dim, Bound)) and isinstance(o, (Dim, Bound)) else None
         return self._cmp(o, sympy.Ne, ident)
 
     def __lt__(self, o):
+        """``e < x``: a :class:`Cond` (``t < T - 1``)."""
         return self._cmp(o, sympy.Lt)
 
     def __le__(self, o):
+        """``e <= x``: a :class:`Cond`."""
         return self._cmp(o, sympy.Le)
 
     def __gt__(self, o):
+        """``e > x``: a :class:`Cond` (``x[t > 0] = ...``)."""
         return self._cmp(o, sympy.Gt)
 
     def __ge__(self, o):
+        """``e >= x``: a :class:`Cond`."""
         return self._cmp(o, sympy.Ge)
 
     def __bool__(self):
@@ -153,16 +170,19 @@ class Cond:
         self._ident = ident
 
     def __and__(self, o):
+        """``c & d``: both conditions hold."""
         return Cond(sympy.And(self.c, as_cond(o).c))
 
     __rand__ = __and__
 
     def __or__(self, o):
+        """``c | d``: either condition holds."""
         return Cond(sympy.Or(self.c, as_cond(o).c))
 
     __ror__ = __or__
 
     def __invert__(self):
+        """``~c``: the condition does not hold."""
         return Cond(sympy.Not(self.c))
 
     def __bool__(self):

@@ -6,10 +6,10 @@ from outside the chain may have any shape that broadcasts to ``S`` under NumPy's
 (0-d values, size-1 axes, missing leading axes); a member whose own shape differs from
 ``S`` starts a new chain, where the old chain's output is such an operand.
 
-A chain becomes one loop nest over ``S`` in which every operand is read through its own
-strides: the interpreter passes each as a view broadcast to ``S`` (NumPy's alignment of
-trailing axes; stride 0 along an axis of length 1 or a missing leading axis). The source is written
-under ``config.cache_dir`` (named by the hash of the source) and compiled with
+A chain becomes one loop nest over ``S`` in which every operand is indexed by its own
+shape (NumPy's alignment of trailing axes; index 0 along an axis of length 1 or a
+missing leading axis, which the caller pads with length-1 axes). The source is written
+to the kernel cache (:mod:`timerl.kernels.cache`, named by the hash of the source) and compiled with
 ``numba.njit(cache=True, error_model="numpy")`` (IEEE results like numpy's, e.g.
 x / 0 = inf, never a Python ZeroDivisionError); the outputs are the members read
 outside the chain, arrays of shape ``S``.
@@ -26,6 +26,7 @@ import numpy as np
 
 from ..config import config
 from ..ir.ops import Op
+from . import cache
 
 EXPR = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
@@ -82,14 +83,16 @@ def chains(pdg, members) -> list[list]:
 def render(pdg, chain, outputs) -> tuple[str, list]:
     """Kernel source and its external operands [(producer, edge, shape)], in parameter order.
 
-    The caller passes each operand of rank >= 1 as a view broadcast to the chain's shape
-    (``np.broadcast_to``: stride 0 along broadcast axes), so the kernel reads every
-    operand at the loop point through its own strides, and one kernel serves every
-    shape and broadcast pattern of the same ops, rank and dtype; 0-d operands come as
-    Python floats.
+    The kernel takes the chain's shape, then its operands: 0-d ones as Python floats, the
+    others as arrays of the chain's rank (the caller reshapes an operand of lower rank,
+    prepending axes of length 1, which is free). Each operand is indexed by its own
+    static shape: ``0`` along its axes of length 1 where the chain's is longer (NumPy's
+    broadcasting), the loop index elsewhere. Extents are parameters, not constants, so
+    one kernel serves every shape with the same ops, rank, dtype and broadcast pattern.
     """
     node0 = pdg.rec(chain[0])
-    rank = len(node0.shape)
+    target = tuple(node0.shape)
+    rank = len(target)
     dt = np.dtype(node0.dtype).name
     at = ", ".join(f"j{a}" for a in range(rank))
     ext, names, body = [], {}, []
@@ -106,19 +109,19 @@ def render(pdg, chain, outputs) -> tuple[str, list]:
                 names[key] = len(ext)
                 ext.append((p, e, tuple(pdg.rec(p).shapes[e.out])))
             k = names[key]
-            args.append(f"x{k}[{at}]" if ext[k][2] else f"x{k}")
+            shape = ext[k][2]
+            args.append(f"x{k}[{operand_index(shape, target)}]" if shape else f"x{k}")
         body.append(f"{ind}t{local[n]} = np.{dt}({EXPR[pdg.rec(n).attrs['fn']].format(*args)})")
-    params = ", ".join(f"x{k}" for k in range(len(ext)))
-    arrays = [k for k, (_, _, s) in enumerate(ext) if s]
-    # the types the interpreter passes: read-only strided views of the chain's shape, Python floats for 0-d
-    arr = f"numba.types.Array(numba.{dt}, {rank}, 'A', readonly=True)"
-    sig = "(" + ", ".join(arr if s else "numba.float64" for _, _, s in ext) + ",)"
+    params = ", ".join(["shape"] + [f"x{k}" for k in range(len(ext))])
+    # the types the interpreter passes: the shape, arrays of the chain's rank, floats for 0-d
+    arr = f"numba.types.Array(numba.{dt}, {rank}, 'A', readonly=True)"  # accepts every layout, writable or not
+    sig = "(" + ", ".join([f"numba.types.UniTuple(numba.int64, {rank})"]
+                          + [arr if s else "numba.float64" for _, _, s in ext]) + ",)"
     src = ["import numpy as np", "import numba", "", f"Z = np.{dt}(0)", f"SIG = {sig}", "",
            "@numba.njit(cache=True, fastmath=False, error_model=\"numpy\")", f"def kernel({params}):"]
     for k, (_, _, s) in enumerate(ext):
         if not s:
             src.append(f"    x{k} = np.{dt}(x{k})")
-    src.append(f"    shape = x{arrays[0]}.shape")
     for o in outputs:
         src.append(f"    o{local[o]} = np.empty(shape, np.{dt})")
     for a in range(rank):
@@ -129,12 +132,19 @@ def render(pdg, chain, outputs) -> tuple[str, list]:
     return "\n".join(src) + "\n", ext
 
 
+def operand_index(shape, target) -> str:
+    """Index of an operand of ``shape`` at the loop point over ``target`` (ranks aligned on the right)."""
+    off = len(target) - len(shape)
+    return ", ".join("0" if a < off or (shape[a - off] == 1 and target[a] != 1) else f"j{a}"
+                     for a in range(len(target)))
+
+
 def load(src: str):
     """Compile (or fetch from the on-disk cache) the kernel of this source."""
     h = hashlib.sha1(src.encode()).hexdigest()[:16]
     if h in _loaded:
         return _loaded[h]
-    d = os.path.join(config.cache_dir, "kernels")
+    d = cache.kernel_dir()
     os.makedirs(d, exist_ok=True)
     path = os.path.join(d, f"k_{h}.py")
     if not os.path.exists(path):
@@ -150,7 +160,7 @@ def load(src: str):
     spec.loader.exec_module(mod)
     # compile (or load from the cache) now, at compile time, not at the first call mid-run
     mod.kernel.compile(mod.SIG)
-    # C-contiguous and strided views then share this one compiled signature (numba casts the
+    # C-contiguous and strided arrays then share this one compiled signature (numba casts the
     # layout) instead of compiling another specialization at their first call, mid-run
     mod.kernel.disable_compile()
     _loaded[h] = mod.kernel

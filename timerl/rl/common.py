@@ -20,6 +20,8 @@ class ArgError(ValueError):
 
 @dataclasses.dataclass
 class CommonArgs:
+    """The arguments every algorithm takes (one field per CLI flag: ``num_envs`` is ``--num-envs``)."""
+
     env: str = "CartPole-v1"
     """gymnasium environment id, or "trivial" (the paper's synthetic env)"""
     num_envs: int = 8

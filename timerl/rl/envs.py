@@ -215,8 +215,14 @@ class Env:
     """An environment usable inside a program: ``reset()`` and ``step(a)`` build UDFs.
 
     Attributes: ``observation_shape`` ``(num_envs, *obs)``, ``action_shape`` ``(num_envs,)``
-    (discrete) or ``(num_envs, k)`` (Box), ``discrete``, ``num_actions`` (None for Box),
-    ``action_low``/``action_high`` (Box), ``num_envs``, ``episode_returns``, ``env_steps``.
+    (discrete) or ``(num_envs, k)`` (Box), ``single_observation_shape`` / ``single_action_shape``
+    (one env's), ``discrete``, ``num_actions`` (None for Box), ``action_low``/``action_high``
+    (Box), ``num_envs``, ``env_id``; host-side bookkeeping of the current run:
+    ``episode_returns`` (``(env_steps, return, length)`` per finished episode), ``env_steps``,
+    ``recent_return(k)``, and ``on_reset`` (callbacks run when the run starts).
+
+        env = tl.rl.make_env("CartPole-v1", num_envs=8)
+        env.observation_shape, env.action_shape, env.num_actions     # (8, 4), (8,), 2
     """
 
     def __init__(self, impl, env_id):
@@ -272,14 +278,21 @@ class Env:
     # graph side ----------------------------------------------------------------------------
     def reset(self, name="reset"):
         """The first observation of the run (a UDF with no inputs: runs once per run)."""
+        from ..api.naming import name_scope
         from ..api.world import udf
 
-        (obs,) = udf(self._reset, [], [self.observation_shape], ["float32"], state=self.key,
-                     name=f"{self.env_id}.{name}")
+        with name_scope(self.env_id):
+            (obs,) = udf(self._reset, [], [self.observation_shape], ["float32"], state=self.key, name=name)
         return obs
 
     def step(self, a, name="step"):
         """``(obs, reward, done)`` after taking action ``a`` (shape ``env.action_shape``)."""
+        from ..api.naming import name_scope
+
+        with name_scope(self.env_id):
+            return self._step_op(a, name)
+
+    def _step_op(self, a, name):
         from ..api.ops import as_tensor, cast
 
         a = as_tensor(a)
@@ -295,9 +308,10 @@ class Env:
         from ..api.world import udf
 
         return udf(self._step, [a], [self.observation_shape, (self.num_envs,), (self.num_envs,)],
-                   ["float32", "float32", "bool"], state=self.key, name=f"{self.env_id}.{name}")
+                   ["float32", "float32", "bool"], state=self.key, name=name)
 
     def close(self):
+        """Close the underlying gymnasium environment (if any)."""
         if hasattr(self.impl, "close"):
             self.impl.close()
 

@@ -21,6 +21,9 @@ from .common import ArgError, CommonArgs, History, compile_algorithm, env_kwargs
 
 @dataclasses.dataclass
 class Args(CommonArgs):
+    """The arguments of :func:`timerl.rl.reinforce` (the ``timerl train reinforce`` flags), with the
+    fields of :class:`~timerl.rl.common.CommonArgs`."""
+
     lr: float = 1e-3
     """Adam learning rate α (annealed linearly to 0 over the iterations when anneal_lr)"""
     nstep: int = None
@@ -43,13 +46,14 @@ def build(args: Args, callback=None):
     import timerl as tl
     from timerl import optim
 
+    from ..api.naming import name_scope, named
     from .policies import Actor
 
     prog = tl.Program("i t")
     i, t = prog.dims
     I, T = prog.bounds
     n_iter = iterations(args)
-    with prog:
+    with prog, name_scope("reinforce"):    # every op is labelled reinforce.<what>
         env = tl.rl.make_env(args.env, args.num_envs, args.seed, **env_kwargs(args))
         actor = Actor(env, args, domain=(i,))
 
@@ -70,11 +74,11 @@ def build(args: Args, callback=None):
         Tn = args.num_steps                                       # T, fixed when the program is built
         G_b = G[i, 0:Tn]                                          # (T, N)
         if args.norm_returns:
-            G_b = (G_b - G_b.mean()) / (G_b.std() + 1e-8)
+            G_b = named((G_b - G_b.mean()) / (G_b.std() + 1e-8), "G_norm")
         pi = actor.dist(o[i, 0:Tn])
         logp = pi.log_prob(a[i, 0:Tn])                             # (T, N)
-        entropy = pi.entropy().mean()
-        loss = -(logp * G_b.detach()).mean() - args.ent_coef * entropy
+        entropy = named(pi.entropy().mean(), "entropy")
+        loss = named(-(logp * G_b.detach()).mean() - args.ent_coef * entropy, "loss")
         lr = optim.linear_schedule(args.lr, i) if args.anneal_lr else args.lr   # α (1 - i / I)
         opt = optim.Adam(actor.parameters(), lr=lr, eps=1e-5,
                             max_grad_norm=args.max_grad_norm or None)
@@ -89,5 +93,12 @@ def reinforce(callback=None, **kwargs):
     """Build and compile REINFORCE; keyword arguments are the fields of :class:`Args` (the CLI flags).
 
     The executable carries ``exe.history`` (rows per iteration), ``exe.env`` and ``exe.args``.
+    ``callback(row)`` sees each iteration's row as it completes (``iteration``, ``env_steps``,
+    ``mean_return``, ``episodes``, ``loss``, ``entropy``, ``seconds``). A bad argument is a
+    :class:`tl.rl.ArgError` (a ValueError).
+
+        exe = tl.rl.reinforce(env="CartPole-v1", num_envs=4, num_steps=32, total_steps=256,
+                              nstep=8, backend="numpy")
+        exe.run()
     """
     return compile_algorithm(Args, check, build, callback, kwargs)

@@ -6,9 +6,11 @@ the chosen plan once (``stats["compile_seconds"]["lower"]``) and only runs it.
 
 from __future__ import annotations
 
+import sys
 import time
 
 import numpy as np
+import tqdm
 
 from ..schedule.tree import ScheduleTree
 
@@ -28,6 +30,23 @@ class Schedule(ScheduleTree):
 
 
 class Executable:
+    """A compiled program: ``prog.compile(...)`` returns one; ``exe.run()`` runs it.
+
+    Attributes:
+        schedule: the schedule tree; ``print(exe.schedule)`` shows Python-like loops,
+            statement executions, frees and swaps (for ``"reference"``, its demand order).
+        pdg: the optimized dependence graph (a ``networkx.MultiDiGraph``).
+        stats: a dict, filled by ``run()``: ``peak_bytes`` (peak of live tensor bytes),
+            ``peak_host_bytes``, ``compile_seconds`` (a dict per stage), ``run_seconds``,
+            ``kernels`` (generated kernels), ``swapped_bytes``, ``planned_peak_bytes``,
+            ``statements``, ``donations``.
+        backend, bounds, seed, source: how it was compiled (``source``: the lowered Python).
+
+        exe = prog.compile(bounds={"T": 4}, backend="numpy")
+        exe.run()
+        print(exe.stats["peak_bytes"], exe.schedule)
+    """
+
     def __init__(self, prog, pdg, bounds, seed, analysis, plan, backend, check, times, planned):
         self.prog, self.pdg, self.bounds, self.seed = prog, pdg, bounds, seed
         self.analysis, self.plan, self.backend, self.check = analysis, plan, backend, check
@@ -47,21 +66,36 @@ class Executable:
         return self.stats["planned_peak_bytes"]
 
     def run(self, progress=False):
+        """Run the whole program once; returns ``self``.
+
+        Each call re-runs everything: sinks and UDFs fire again and random values repeat (they
+        depend only on the seed, op and point). ``progress=True`` shows a tqdm bar on stderr that
+        advances once per iteration of the schedule's outermost loop (RL programs: per training
+        iteration).
+        Afterwards ``stats`` holds ``peak_bytes`` and ``run_seconds``. An error inside the program
+        (e.g. ``max`` over an empty slice) is a :class:`tl.RuntimeFault` naming the tensor and point.
+        """
         for s in self._stores:
             s.clear()
         self._reset()
         t0 = time.perf_counter()
+        bar = None
         if progress:
-            print(f"timerl: running {len(self.plan.problem.groups)} statements ({self.backend})", flush=True)
+            total, dim = self.plan.progress_units
+            # a schedule without loops is one step, ticked when it ends
+            bar = tqdm.tqdm(total=total or 1, desc=f"timerl ({dim} loop)" if dim else "timerl", unit="it",
+                            file=sys.stderr, dynamic_ncols=True)
         old = np.seterr(all="ignore")
         try:
-            self._run()
+            self._run(bar.update if bar is not None else None)
+            if bar is not None and total == 0:
+                bar.update()
         finally:
             np.seterr(**old)
             for s in self._stores:
                 s.clear()
+            if bar is not None:
+                bar.close()
         self.stats["run_seconds"] = time.perf_counter() - t0
         self.stats["peak_bytes"] = self._mem()[1]
-        if progress:
-            print(f"timerl: done in {self.stats['run_seconds']:.3f}s", flush=True)
         return self

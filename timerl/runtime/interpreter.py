@@ -26,7 +26,7 @@ from ..ir.expr import compile_py, cond_to_py, to_py
 from ..ir.ops import Op, Slice
 from ..ir.semantics import BINARY, UNARY, evaluate
 from ..kernels import cpu
-from ..schedule.tree import render
+from ..schedule.tree import outer_loops, render, ticked, trip_count, walk
 from .checks import checks_finite, finite, nonfinite_fault
 from .reference import _readonly, call_sink, call_udf
 from .stores import BlockStore
@@ -158,6 +158,12 @@ class Lowering:
             L.append("else:")
             msg = f"placeholder {node.name!r}: no branch applies at point "
             L.append(f"    raise RuntimeFault({msg!r} + str({k}))")
+        elif op is Op.ACCESS and not ins:  # the producer has no demanded point: the slice is empty everywhere
+            ctx = self.sym(f"ctx{n}", Ctx(node, self.names(node.domain)))
+            shape = self.sym(f"sp{n}", node.shape)
+            L.append(f"{ctx}.point = {k}")
+            L.append(f"o = np.zeros(tuple(s if isinstance(s, int) else {ctx}.resolve(s) for s in {shape}), "
+                     f"{self.sym(f'dt{n}', np.dtype(node.dtype))})")
         elif op is Op.ACCESS:
             L.append(f"o = {args[0]}")
         elif op is Op.CONST:
@@ -231,14 +237,19 @@ class Lowering:
         kid = f"K{chain[0]}"
         self.kernels[kid] = src
         self.ns[kid] = kern
-        cshape = self.sym(f"shape{chain[0]}", tuple(self.pdg.rec(chain[0]).shape))
-        args = []
+        target = tuple(self.pdg.rec(chain[0]).shape)
+        args = [self.sym(f"shape{chain[0]}", target)]
         for p, e, shape in ext:
             a = self.read(chain[0], p, e)
             if self.mode == "check":  # the kernel indexes each operand by its declared shape: hold it to that
                 want = self.sym(f"shp{p}_{e.out}", shape)
                 a = f"chk_shape({a}, {want}, {p}, {chain[0]})"
-            args.append(f"float({a})" if not shape else f"np.broadcast_to({a}, {cshape})")
+            if not shape:
+                a = f"float({a})"
+            elif len(shape) < len(target):  # prepend length-1 axes: the kernel takes arrays of the chain's rank
+                pad = (1,) * (len(target) - len(shape)) + shape  # per rank: chains of other ranks read p too
+                a = f"{a}.reshape({self.sym(f'pad{p}_{e.out}_{len(target)}', pad)})"
+            args.append(a)
         k = self.key(g.domain)
         L = [f"r = {kid}({', '.join(args)})"]
         if self.mode == "check":
@@ -362,16 +373,31 @@ class Lowering:
                        f"    if v is not None:\n        live -= {nb}\n")
 
         def call_line(c):
+            if c.kind == "tick":  # progress: once per iteration of the outermost loops, when asked for
+                return "if tick is not None: tick()"
             return f"{'G' if c.kind == 'exec' else 'F'}{c.ident}({', '.join(c.args)})"
 
-        body = render(self.tree, call_line, 1) or ["    pass"]
-        run = "def run():\n" + "\n".join(body) + "\n"
+        body = render(ticked(self.tree), call_line, 1) or ["    pass"]
+        run = "def run(tick=None):\n" + "\n".join(body) + "\n"
         inner = "\n".join(fns + [run])
         inner += ("def mem():\n    return live, peak\n"
                   "def reset():\n    nonlocal live, peak\n    live = 0\n    peak = 0\n")
         src = "def make():\n    live = 0\n    peak = 0\n" + "".join(
             "    " + ln + "\n" for ln in inner.splitlines()) + "    return run, mem, reset\n"
         return src
+
+    def progress_units(self):
+        """``(ticks, dim)``: how many times ``run(tick)`` calls ``tick`` (the iterations of the
+        outermost loops; None if one is a while loop) and the dim they run over."""
+        loops = outer_loops(self.tree)
+        trips = [trip_count(lp) for lp in loops]
+        total = None if None in trips else sum(trips)
+        groups = {g.gid: g for g in self.groups}
+        for lp in loops:
+            for c in walk(lp.body):
+                if c.kind == "exec" and lp.it in c.args:
+                    return total, groups[c.ident].domain[c.args.index(lp.it)].name
+        return total, None
 
     def build(self, frees):
         self.frees = frees
@@ -426,7 +452,7 @@ class Lowering:
     def _chain_fault(self, chain_ext, r, args, k):
         """A fused chain produced inf/NaN: find its first op that did so from finite inputs (numpy rules)."""
         chain, ext = chain_ext
-        pos = {(p, e.out): j for j, (p, e, _) in enumerate(ext)}
+        pos = {(p, e.out): j + 1 for j, (p, e, _) in enumerate(ext)}  # args[0] is the chain's shape
         vals, propagated = {}, False
         for m in chain:
             node = self.pdg.rec(m)
