@@ -16,8 +16,10 @@ Baselines run single-threaded (set OMP_NUM_THREADS=1 etc. for the asv process, s
 
 Knobs (environment variables, read at import): ``TIMERL_BENCH_SYSTEMS`` (comma-separated
 subset of timerl,numpy,torch; default all) and ``TIMERL_BENCH_BACKEND`` (timerl's backend;
-default timerl's default). A timerl program that fails to build or run fails its
-benchmark in asv's report (never skipped silently).
+default timerl's default). A baseline whose package is not installed (torch comes with the
+``bench`` extra only) is skipped with asv's "skipped" message saying what to install; a
+timerl program that fails to build or run fails its benchmark in asv's report (never
+skipped silently).
 """
 
 from __future__ import annotations
@@ -26,7 +28,10 @@ import os
 import time
 
 ITERS = 2
-SYSTEMS = [s for s in os.environ.get("TIMERL_BENCH_SYSTEMS", "timerl,numpy,torch").split(",") if s]
+KNOWN_SYSTEMS = ("timerl", "numpy", "torch")
+SYSTEMS = [s.strip() for s in os.environ.get("TIMERL_BENCH_SYSTEMS", ",".join(KNOWN_SYSTEMS)).split(",") if s.strip()]
+if set(SYSTEMS) - set(KNOWN_SYSTEMS):
+    raise ValueError(f"TIMERL_BENCH_SYSTEMS={','.join(SYSTEMS)}: systems are {', '.join(KNOWN_SYSTEMS)}")
 BACKEND = os.environ.get("TIMERL_BENCH_BACKEND") or None
 SIZES = {
     "small": {"env": "CartPole-v1", "num_envs": 8, "num_steps": 128, "epochs": 4, "minibatches": 4},
@@ -92,6 +97,8 @@ def _baseline(system, algo, flags):
     from asv_benchmarks.baselines.common import Args
 
     module = importlib.import_module(f"asv_benchmarks.baselines.{system}_eager")
+    if getattr(module, "MISSING", None):
+        raise NotImplementedError(f"{system} baseline: {module.MISSING}")  # asv: skipped, with this message
     keys = {f.name for f in dataclasses.fields(Args)}
     return module, Args(iterations=ITERS, **{k: v for k, v in flags.items() if k in keys})
 

@@ -36,6 +36,19 @@ from asv_benchmarks.baselines import pin_threads
 SYSTEMS = ("timerl", "numpy", "torch")
 COLORS = {"timerl": "C0", "numpy": "C1", "torch": "C2"}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXTRA = {"torch": ("torch", 'pip install -e ".[bench]" adds torch==2.13.0'),
+         "matplotlib": ("matplotlib", 'pip install -e ".[plot]" adds matplotlib')}
+
+
+def missing(what):
+    """Why ``what`` (a system or "matplotlib") cannot run here, or None. Looked up, not imported:
+    a child's ru_maxrss starts at its parent's RSS, so the runner never imports torch itself."""
+    import importlib.util
+
+    if what not in EXTRA:
+        return None
+    pkg, how = EXTRA[what]
+    return None if importlib.util.find_spec(pkg) is not None else f"{pkg} is not installed; {how}"
 
 
 # -- configurations -------------------------------------------------------------------------------
@@ -249,12 +262,12 @@ def table(cfgs, summ, meta):
         "| timerl compile s |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    errors = []
+    errors, measured = [], {sys_ for _, sys_ in summ}
     for k, cfg in enumerate(cfgs):
         s = {sys_: summ.get((k, sys_), {"error": "not run"}) for sys_ in SYSTEMS}
         g = {sys_: (lambda key, d=s[sys_]: d.get(key)) for sys_ in SYSTEMS}
         for sys_ in SYSTEMS:
-            if "error" in s[sys_]:
+            if "error" in s[sys_] and sys_ in measured:  # a system left out as a whole is said in the method
                 errors.append(f"- {_label(cfg)} / {sys_}: {s[sys_]['error']}")
         row = [_label(cfg)]
         row += [_fmt(g[x]("env_steps_per_s"), "rate") for x in SYSTEMS]
@@ -300,6 +313,9 @@ def table(cfgs, summ, meta):
 
 
 def plots(cfgs, summ, out_dir, suffix=""):
+    if missing("matplotlib"):
+        print(f"no plots: {missing('matplotlib')}", file=sys.stderr)
+        return []
     import matplotlib
 
     matplotlib.use("Agg")
@@ -442,6 +458,15 @@ def main(argv=None):
         reps = ns.reps or (2 if ns.quick else 3)
         iters = ns.iterations or (3 if ns.quick else 4)
         systems = [s for s in ns.systems.split(",") if s]
+        unknown = sorted(set(systems) - set(SYSTEMS))
+        if unknown:
+            ap.error(f"--systems: unknown {', '.join(unknown)}; systems are {', '.join(SYSTEMS)}")
+        skipped = [f"{s} ({missing(s)})" for s in systems if missing(s)]
+        for s in skipped:
+            print(f"skipping {s}", file=sys.stderr)
+        systems = [s for s in systems if not missing(s)]
+        if not systems:
+            ap.error("no system left to measure")
         cfgs = configurations(ns.quick)
         if ns.only:
             keep = set(ns.only.split(","))
@@ -481,7 +506,8 @@ def main(argv=None):
                           if ns.jobs > 1 else "")
                        + (f" (timerl: {ns.timerl_threads})" if ns.timerl_threads else "")
                        + "; timerl backend: " + (ns.backend or "default") + "; baseline peak bytes measured "
-                       "in repetition 0 (instrumented pass over construction + 2 iterations)."),
+                       "in repetition 0 (instrumented pass over construction + 2 iterations)."
+                       + (f" Not measured: {'; '.join(skipped)}." if skipped else "")),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "quick": ns.quick,
         }

@@ -6,6 +6,7 @@
 
 from .errors import ArgTypeError, CompileError, RuntimeFault, ShapeError
 from .ir.expr import Bound, Cond, Dim, Expr
+from .api.naming import name_scope
 from .api.program import Program
 from .api.tensor import RecurrentTensor
 from .api.ops import (
@@ -29,5 +30,5 @@ __all__ = [
     "matmul", "maximum", "minimum", "one_hot", "ones", "permute", "placeholder", "reshape",
     "squeeze", "stack", "take", "take_along_axis", "tensor", "unsqueeze", "where", "zeros", "abs",
     "exp", "log", "max", "min", "relu", "sigmoid", "sign", "sqrt", "tanh", "sink", "udf", "random",
-    "config", "grad", "nn", "optim", "distributions",
+    "config", "grad", "nn", "optim", "distributions", "name_scope",
 ]

@@ -4,6 +4,7 @@
     timerl train reinforce --nstep 16 --json
     timerl show schedule ppo --total-steps 2048 --out ppo_schedule.txt
     timerl bench ppo --iterations 5 --json
+    timerl cache info                 # the kernel cache: where, how big (timerl cache clear empties it)
 
 Flags are the fields of each algorithm's ``Args`` dataclass (``--num-envs`` is ``num_envs``);
 their help texts are the fields' docstrings. Bad flag values, env ids and spaces are a
@@ -127,6 +128,10 @@ def build_parser():
         a = ssub.add_parser(algo, help=f"show {algo}")
         _add_algo_flags(a, algo)
         a.add_argument("--out", help="write to this file: .dot or .svg (pdg), .txt (either)")
+
+    cache = sub.add_parser("cache", help="the on-disk kernel cache: where it is and how big; clear it")
+    cache.add_argument("action", choices=("info", "clear"))
+    cache.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     return p
 
 
@@ -134,32 +139,29 @@ def build_parser():
 
 
 class Progress:
-    """One status line on stderr: iteration, env steps, steps/s, recent return."""
+    """A tqdm bar on stderr: one step per training iteration, with env steps, steps/s and the
+    recent return as its postfix."""
 
     def __init__(self, total_iters, enabled=True):
-        self.total, self.enabled = total_iters, enabled
-        self.tty = sys.stderr.isatty()
-        self.t0, self.last = time.perf_counter(), 0.0
+        self.total, self.enabled, self.bar = total_iters, enabled, None
 
     def update(self, row):
         if not self.enabled:
             return
-        now = time.perf_counter()
-        done = row["iteration"] >= self.total
-        if now - self.last < (0.2 if self.tty else 5.0) and not done:
-            return
-        self.last = now
-        frac = row["iteration"] / self.total
-        bar = "#" * int(24 * frac)
-        sps = row["env_steps"] / max(row["seconds"], 1e-9)
+        if self.bar is None:  # opened with the first iteration, so its rate leaves out the compile
+            import tqdm
+
+            self.bar = tqdm.tqdm(total=self.total, unit="it", desc="train", file=sys.stderr, dynamic_ncols=True,
+                                 mininterval=0.2 if sys.stderr.isatty() else 5.0)
         ret = row["mean_return"]
-        line = (f"[{bar:<24}] it {row['iteration']}/{self.total}  {row['env_steps']:,} steps  "
-                f"{sps:,.0f} steps/s  return {ret:.1f}" if not math.isnan(ret) else
-                f"[{bar:<24}] it {row['iteration']}/{self.total}  {row['env_steps']:,} steps  "
-                f"{sps:,.0f} steps/s  return -")
-        print(("\r" + line) if self.tty else line, end="" if self.tty else "\n", file=sys.stderr, flush=True)
-        if done and self.tty:
-            print(file=sys.stderr)
+        sps = row["env_steps"] / max(row["seconds"], 1e-9)
+        self.bar.set_postfix_str(f"{row['env_steps']:,} steps, {sps:,.0f} steps/s, return "
+                                 + ("-" if math.isnan(ret) else f"{ret:.1f}"), refresh=False)
+        self.bar.update(row["iteration"] - self.bar.n)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
 
 
 class CsvLog:
@@ -192,7 +194,7 @@ def _check_plot_target(path):
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise CLIError("--plot needs matplotlib: pip install 'timerl[plot]' (or pip install matplotlib)") from None
+        raise CLIError('--plot needs matplotlib, which the quick start leaves out: pip install -e ".[plot]"') from None
     d = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(d):
         raise CLIError(f"cannot write --plot {path}: no directory {d}")
@@ -276,6 +278,7 @@ def cmd_train(ns):
         exe.run()
         seconds = time.perf_counter() - t1
     finally:
+        bar.close()
         if log:
             log.close()
     rows = exe.history.rows
@@ -351,6 +354,20 @@ def cmd_show(ns):
     return 0
 
 
+def cmd_cache(ns):
+    from .kernels import cache
+
+    res = cache.info() if ns.action == "info" else cache.clear()
+    if ns.json:
+        print(json.dumps(dict(res, cleared=ns.action == "clear")))
+    elif ns.action == "info":
+        print(f"{res['path']}: {res['kernels']} kernels, {res['bytes'] / 2**20:.1f} MiB "
+              "(sources and numba's compiled code; clear with `timerl cache clear`, safe at any time)")
+    else:
+        print(f"removed {res['path']}: {res['kernels']} kernels, {res['bytes'] / 2**20:.1f} MiB")
+    return 0
+
+
 def _dot(pdg):
     from .ir.pdg import PDG
 
@@ -361,7 +378,7 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         ns = build_parser().parse_args(argv)
-        return {"train": cmd_train, "bench": cmd_bench, "show": cmd_show}[ns.cmd](ns)
+        return {"train": cmd_train, "bench": cmd_bench, "show": cmd_show, "cache": cmd_cache}[ns.cmd](ns)
     except SystemExit:
         raise
     except KeyboardInterrupt:

@@ -1,7 +1,9 @@
 """The one configuration object of timerl, backed by environment variables.
 
     TIMERL_DEBUG=1   dump generated kernel source and schedule stages
-    TIMERL_CHECK=1   instrument runs: every read after its write and before its free
+    TIMERL_CHECK=1   instrument runs: every read after its write and before its free;
+                     verify the PDG after every pass
+    TIMERL_VERIFY=1  verify the PDG after every pass only (the test suite sets it)
 
 Override temporarily with ``with timerl.config.override(check=True): ...``.
 """
@@ -25,7 +27,10 @@ class Config:
     debug: bool = dataclasses.field(default_factory=lambda: _flag("TIMERL_DEBUG"))
     """TIMERL_DEBUG: dump generated kernel source and schedule stages"""
     check: bool = dataclasses.field(default_factory=lambda: _flag("TIMERL_CHECK"))
-    """TIMERL_CHECK: compile instrumented runs (every read after its write and before its free)"""
+    """TIMERL_CHECK: compile instrumented runs (every read after its write and before its free)
+    and verify the PDG after every pass"""
+    verify: bool = dataclasses.field(default_factory=lambda: _flag("TIMERL_VERIFY"))
+    """TIMERL_VERIFY: verify the PDG after every pass, without instrumenting runs (the tests set it)"""
     cache_dir: str = dataclasses.field(
         default_factory=lambda: os.environ.get(
             "TIMERL_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "timerl")
@@ -44,7 +49,7 @@ def override(**kw):
         with timerl.config.override(check=True):
             exe = prog.compile(bounds={"T": 4})
 
-    An unknown setting is an ``AttributeError``. Settings: ``debug``, ``check``, ``cache_dir``.
+    An unknown setting is an ``AttributeError``. Settings: ``debug``, ``check``, ``verify``, ``cache_dir``.
     """
     old = {k: getattr(config, k) for k in kw}
     for k, v in kw.items():

@@ -25,12 +25,25 @@ class RuntimeFault(RuntimeError):
     """An error raised while running a compiled program (e.g. max over an empty slice)."""
 
 
-def user_site() -> str:
-    """The first source line outside the timerl package on the current call stack."""
+# entry points: past them the call stack holds only the `timerl` command's launcher
+_ENTRY_FILES = (os.path.join(_PKG_DIR, "cli.py"), os.path.join(_PKG_DIR, "__main__.py"))
+
+
+def caller_site() -> str | None:
+    """The first source line outside the timerl package on the current call stack, or None
+    when there is none: under the ``timerl`` command the only frames outside the package
+    are its launcher (the console script, runpy), which no user wrote."""
     f = sys._getframe(1)
     while f is not None:
         fn = os.path.abspath(f.f_code.co_filename)
+        if fn in _ENTRY_FILES:
+            return None
         if not fn.startswith(_PKG_DIR + os.sep):
             return f"{os.path.basename(fn)}:{f.f_lineno}"
         f = f.f_back
-    return "<unknown>"
+    return None
+
+
+def user_site() -> str:
+    """The first source line outside the timerl package on the current call stack."""
+    return caller_site() or "<unknown>"

@@ -15,16 +15,22 @@ branch, and ``opt.step(loss)`` adds ``p[i + 1] = update`` (see :mod:`timerl.opti
 
 Initial values are numpy arrays computed when the module is created, from ``seed`` (by
 default the program's op count at creation, so a program always starts from the same values).
+
+Labels (printouts, errors): a module's ops and parameters are named under its ``name=``
+(default: its class): ``Linear.weight``, ``Linear.bias``, ``Linear.matmul``; an MLP's layers are
+``MLP.layer0``, ``MLP.layer1``, ... (``MLP.layer0.weight``). See :func:`timerl.name_scope`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
 
 from .api import functions as F
 from .api import ops as O
+from .api.naming import name_scope
 from .api.program import current_program
 from .api.tensor import RecurrentTensor
 from .api.args import as_domain, as_dtype, as_shape, as_size, who
@@ -94,8 +100,9 @@ def Parameter(shape, domain=None, init="zeros", dtype="float32", gain=1.0, seed=
     shape, dtype = as_shape(shape, what), as_dtype(dtype, what)
     rng = np.random.default_rng(prog._count if seed is None else seed)
     value = _init_value(init, shape, np.dtype(dtype), gain, rng)
-    p = O.placeholder(shape, dtype, domain, name=name or "parameter")
-    p[(0,) * len(domain)] = O.const(value, name=f"init({name or 'parameter'})")
+    name = name or "parameter"
+    p = O.placeholder(shape, dtype, domain, name=name)
+    p[(0,) * len(domain)] = O.const(value, name=f"{name}.init")
     u = domain[-1]
     if len(domain) == 2:
         p[u == 0] = p[domain[0] - 1, u.bound]
@@ -117,7 +124,11 @@ def at(p, dim, value):
 
 class Module:
     """Base class: subclasses keep parameters and submodules as attributes (lists allowed) and
-    define ``forward(x)``; ``module(x)`` calls it, ``module.parameters()`` collects parameters."""
+    define ``forward(x)``; ``module(x)`` calls it, ``module.parameters()`` collects parameters. A
+    module with a ``name`` runs ``forward`` inside ``tl.name_scope(name)``: its ops are labelled
+    ``<name>.<what>``."""
+
+    name = None
 
     def parameters(self) -> list:
         """The trainable parameters of this module and its submodules, in attribute order (a list of tensors)."""
@@ -135,13 +146,17 @@ class Module:
         ``parameters()`` of the copy is empty). ``actor.at(k, 0)`` is the policy as iteration ``i``
         starts when parameters live over ``(i, k)``."""
         new = object.__new__(type(self))
-        for key, v in self.__dict__.items():
-            new.__dict__[key] = _at_value(v, dim, value)
+        with name_scope(self.name) if self.name else contextlib.nullcontext():
+            for key, v in self.__dict__.items():
+                new.__dict__[key] = _at_value(v, dim, value)
         return new
 
     def __call__(self, x):
         """``module(x)`` is ``module.forward(x)``."""
-        return self.forward(x)
+        if self.name is None:
+            return self.forward(x)
+        with name_scope(self.name):
+            return self.forward(x)
 
 
 def _at_value(v, dim, value):
@@ -167,12 +182,13 @@ class Linear(Module):
     def __init__(self, n_in, n_out, domain=None, init="orthogonal", gain=1.0, bias=True, bias_init=0.0,
                  dtype="float32", seed=None, name=None):
         what = who("tl.nn.Linear", name)
-        name = name or "Linear"
+        self.name = name or "Linear"
         self.n_in = as_size(n_in, what, "n_in", least=1)
         self.n_out = as_size(n_out, what, "n_out", least=1)
-        self.weight = Parameter((self.n_in, self.n_out), domain, init, dtype, gain, seed, name=f"{name}.weight")
-        self.bias = Parameter((self.n_out,), domain, np.full(self.n_out, bias_init, dtype), dtype,
-                              name=f"{name}.bias") if bias else None
+        with name_scope(self.name):
+            self.weight = Parameter((self.n_in, self.n_out), domain, init, dtype, gain, seed, name="weight")
+            self.bias = Parameter((self.n_out,), domain, np.full(self.n_out, bias_init, dtype), dtype,
+                                  name="bias") if bias else None
 
     def forward(self, x):
         """``x @ W + b`` on the last spatial axis of ``x`` (length ``n_in``, else :class:`tl.ShapeError`); leading axes broadcast."""
@@ -203,18 +219,19 @@ class MLP(Module):
             raise ValueError(f"unknown activation {activation!r}; use 'tanh', 'relu', 'sigmoid' or None")
         self.activation = activation
         what = who("tl.nn.MLP", name)
-        name = name or "MLP"
+        self.name = name or "MLP"
         if not isinstance(sizes, (list, tuple)) or len(sizes) < 2:
             raise ArgTypeError(f"{what}: sizes={sizes!r} must be a list of at least two layer widths, "
                                "e.g. [n_in, 64, 64, n_out]")
         for k, s in enumerate(sizes):
             as_size(s, what, f"sizes[{k}]", least=1)
         n = len(sizes) - 1
-        self.layers = [
-            Linear(a, b, domain, init, out_gain if k == n - 1 else gain, dtype=dtype,
-                   seed=None if seed is None else seed + k, name=f"{name}.{k}")
-            for k, (a, b) in enumerate(zip(sizes, sizes[1:]))
-        ]
+        with name_scope(self.name):
+            self.layers = [
+                Linear(a, b, domain, init, out_gain if k == n - 1 else gain, dtype=dtype,
+                       seed=None if seed is None else seed + k, name=f"layer{k}")
+                for k, (a, b) in enumerate(zip(sizes, sizes[1:]))
+            ]
 
     def forward(self, x):
         """The layers applied in order, ``activation`` between them: ``(..., sizes[0]) -> (..., sizes[-1])``."""

@@ -36,6 +36,7 @@ from __future__ import annotations
 from .api import functions as F
 from .api import ops as O
 from .api.autodiff import bound_value, grad
+from .api.naming import name_scope, relative
 from .api.tensor import RecurrentTensor
 from .errors import CompileError
 from .ir.ops import Edge
@@ -45,8 +46,9 @@ __all__ = ["SGD", "Adam", "Optimizer", "linear_schedule", "final"]
 
 def linear_schedule(lr, dim, end=0.0, dtype="float32"):
     """``lr * (1 - d / D) + end * d / D`` over ``dim`` (CleanRL's learning-rate annealing)."""
-    frac = O.dim_value(dim).astype(dtype) / bound_value(dim.bound).astype(dtype)
-    return lr * (1.0 - frac) + end * frac
+    with name_scope("linear_schedule"):
+        frac = O.dim_value(dim).astype(dtype) / bound_value(dim.bound).astype(dtype)
+        return lr * (1.0 - frac) + end * frac
 
 
 def final(p):
@@ -54,9 +56,10 @@ def final(p):
     dims = p.domain
     if p.prog.pdg.nodes[p.nid].get("update_dim") is None:
         raise CompileError(f"parameter {p.name!r} has no update yet: call opt.step(loss) first")
-    if len(dims) == 1:
-        return p[dims[0].bound]
-    return p[tuple(d.bound - 1 for d in dims[:-1]) + (dims[-1].bound,)]
+    with name_scope("final"):
+        if len(dims) == 1:
+            return p[dims[0].bound]
+        return p[tuple(d.bound - 1 for d in dims[:-1]) + (dims[-1].bound,)]
 
 
 def _replace_hold(p, new):
@@ -115,7 +118,7 @@ class Optimizer:
             opt = tl.optim.Adam(net.parameters(), lr=1e-3)
             opt.step(loss)
         """
-        with self.prog:
+        with self.prog, name_scope(type(self).__name__.lower()):
             u = self._update_dim(dim)
             grads = grad(loss, self.params)
             if self.max_grad_norm is not None:
@@ -169,8 +172,8 @@ class Optimizer:
         x[tuple(d + 1 if d is u else d for d in dom)] = new
 
     def state(self, p, name):
-        """A state placeholder like ``p`` with ``s[0, ...] = 0``."""
-        s = O.placeholder(p.shape, p.dtype, p.domain, name=f"{name}({p.name})")
+        """A state placeholder like ``p`` with ``s[0, ...] = 0``, labelled ``<optimizer>.<name>(<p>)``."""
+        s = O.placeholder(p.shape, p.dtype, p.domain, name=f"{name}({relative(p.name)})")
         s[(0,) * len(p.domain)] = O.const(0, dtype=p.dtype)
         return s
 
@@ -206,7 +209,7 @@ class Adam(Optimizer):
         """The update of parameter ``p`` (the ``j``-th) from its gradient ``g``, with moment placeholders ``m``, ``v``."""
         b1, b2 = self.betas
         u = p.domain[-1]
-        m, v = self.state(p, "adam_m"), self.state(p, "adam_v")
+        m, v = self.state(p, "m"), self.state(p, "v")
         m_new = b1 * m + (1 - b1) * g
         v_new = b2 * v + (1 - b2) * g * g
         self._add_update(m, m_new, u)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import threading
 
-from ..errors import CompileError, user_site
+from ..errors import CompileError
 from ..ir.expr import Bound, Dim
 from ..ir.ops import Edge, Node, Op
 from ..ir.pdg import PDG
+from .naming import label
 
 _local = threading.local()
 
@@ -94,13 +95,14 @@ class Program:
         """Record a node; ``inputs`` is a list of (producer id, Edge)."""
         n = self._count
         self._count += 1
+        attrs = dict(attrs or {})
         node = Node(
             op=op,
             domain=tuple(domain),
             shapes=tuple(tuple(s) for s in shapes),
             dtypes=tuple(dtypes),
-            attrs=dict(attrs or {}),
-            name=name or user_site(),
+            attrs=attrs,
+            name=label(name, attrs["fn"] if isinstance(attrs.get("fn"), str) else op.value),
             index=n,
         )
         self.pdg.add_op(n, node)

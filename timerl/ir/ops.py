@@ -1,6 +1,6 @@
 """The op vocabulary and the records a PDG is made of.
 
-A well-formed PDG (see :func:`timerl.ir.verify.verify`):
+A well-formed PDG (checked by :func:`timerl.passes.verify.verify`, whose docstring has the full list):
 - every node carries a :class:`Node` record under the attribute ``"node"``;
 - edges run from consumer to producer and carry an :class:`Edge` under ``"edge"``;
   ``edge.index`` has one entry per producer-domain dim, written over the consumer's

@@ -9,7 +9,7 @@ from outside the chain may have any shape that broadcasts to ``S`` under NumPy's
 A chain becomes one loop nest over ``S`` in which every operand is indexed by its own
 shape (NumPy's alignment of trailing axes; index 0 along an axis of length 1 or a
 missing leading axis, which the caller pads with length-1 axes). The source is written
-under ``config.cache_dir`` (named by the hash of the source) and compiled with
+to the kernel cache (:mod:`timerl.kernels.cache`, named by the hash of the source) and compiled with
 ``numba.njit(cache=True, error_model="numpy")`` (IEEE results like numpy's, e.g.
 x / 0 = inf, never a Python ZeroDivisionError); the outputs are the members read
 outside the chain, arrays of shape ``S``.
@@ -26,6 +26,7 @@ import numpy as np
 
 from ..config import config
 from ..ir.ops import Op
+from . import cache
 
 EXPR = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
@@ -143,7 +144,7 @@ def load(src: str):
     h = hashlib.sha1(src.encode()).hexdigest()[:16]
     if h in _loaded:
         return _loaded[h]
-    d = os.path.join(config.cache_dir, "kernels")
+    d = cache.kernel_dir()
     os.makedirs(d, exist_ok=True)
     path = os.path.join(d, f"k_{h}.py")
     if not os.path.exists(path):

@@ -278,14 +278,21 @@ class Env:
     # graph side ----------------------------------------------------------------------------
     def reset(self, name="reset"):
         """The first observation of the run (a UDF with no inputs: runs once per run)."""
+        from ..api.naming import name_scope
         from ..api.world import udf
 
-        (obs,) = udf(self._reset, [], [self.observation_shape], ["float32"], state=self.key,
-                     name=f"{self.env_id}.{name}")
+        with name_scope(self.env_id):
+            (obs,) = udf(self._reset, [], [self.observation_shape], ["float32"], state=self.key, name=name)
         return obs
 
     def step(self, a, name="step"):
         """``(obs, reward, done)`` after taking action ``a`` (shape ``env.action_shape``)."""
+        from ..api.naming import name_scope
+
+        with name_scope(self.env_id):
+            return self._step_op(a, name)
+
+    def _step_op(self, a, name):
         from ..api.ops import as_tensor, cast
 
         a = as_tensor(a)
@@ -301,7 +308,7 @@ class Env:
         from ..api.world import udf
 
         return udf(self._step, [a], [self.observation_shape, (self.num_envs,), (self.num_envs,)],
-                   ["float32", "float32", "bool"], state=self.key, name=f"{self.env_id}.{name}")
+                   ["float32", "float32", "bool"], state=self.key, name=name)
 
     def close(self):
         """Close the underlying gymnasium environment (if any)."""

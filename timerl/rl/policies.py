@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from .. import distributions, nn
+from ..api.naming import relative
 from .common import mlp_sizes
 
 
@@ -101,7 +102,7 @@ def _snapshot_value(v, outer, inner, placeholder, RecurrentTensor):
         pdg = v.prog.pdg
         (init_nid, init_edge), *_ = pdg.inputs(v.nid)          # branch 0: p[0, 0] = init
         init = RecurrentTensor(v.prog, init_nid, init_edge.out)
-        q = placeholder(v.shape, v.dtype, (outer,), name=f"{v.node.name}@acting")
+        q = placeholder(v.shape, v.dtype, (outer,), name=f"{relative(v.node.name)}@acting")
         q[0] = init
         q[outer] = v[outer - 1, inner.bound]
         return q

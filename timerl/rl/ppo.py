@@ -65,6 +65,7 @@ def build(args: Args, callback=None):
     import timerl as tl
     from timerl import optim
 
+    from ..api.naming import name_scope, named
     from .policies import Actor, Critic, acting_copy
 
     prog = tl.Program("i t k")
@@ -74,7 +75,7 @@ def build(args: Args, callback=None):
     N, M = args.num_envs, args.minibatches
     B = N * args.num_steps                        # batch: the whole rollout
     mb = B // M                                   # minibatch size
-    with prog:
+    with prog, name_scope("ppo"):          # every op is labelled ppo.<what> (ppo.ratio, ppo.actor.layer0.weight)
         env = tl.rl.make_env(args.env, args.num_envs, args.seed, **env_kwargs(args))
         actor = Actor(env, args, domain=(i, k))
         critic = Critic(env, args, domain=(i, k))
@@ -87,12 +88,12 @@ def build(args: Args, callback=None):
         pi = act_actor.dist(o)
         a = pi.sample()
         logp = pi.log_prob(a)
-        v = act_critic(o)                                  # points t = 0..T: V(o_T) bootstraps GAE
+        v = named(act_critic(o), "v")                      # points t = 0..T: V(o_T) bootstraps GAE
         o[i, t + 1], r, done = env.step(a)
 
         # -- advantages: GAE, a backward recurrence over t -----------------------------------------
         adv = tl.rl.gae(r, v.detach(), done, args.gamma, args.gae_lambda)
-        ret = adv + v.detach()
+        ret = named(adv + v.detach(), "ret")
 
         # -- the rollout as one batch of B = N * T samples --------------------------------------------
         def batch(x, *trail):  # the slice has the int length num_steps, so B is an int
@@ -103,7 +104,7 @@ def build(args: Args, callback=None):
         b_logp, b_adv, b_ret, b_v = batch(logp), batch(adv), batch(ret), batch(v)
 
         # -- minibatch k: a fresh shuffle per epoch, minibatch k % M of it --------------------------------
-        perm = tl.random.permutation(B, domain=(i, k))
+        perm = named(tl.random.permutation(B, domain=(i, k)), "perm")
         shuffle = tl.placeholder((B,), "int64", (i, k), name="shuffle")
         shuffle[(k % M) == 0] = perm
         shuffle[True] = shuffle[i, k - 1]
@@ -113,20 +114,22 @@ def build(args: Args, callback=None):
 
         # -- losses at update k --------------------------------------------------------------------------
         new = actor.dist(mb_obs)
-        new_logp, entropy = new.log_prob(mb_a), new.entropy().mean()
-        ratio = tl.exp(new_logp - mb_logp)
+        new_logp, entropy = new.log_prob(mb_a), named(new.entropy().mean(), "entropy")
+        ratio = named(tl.exp(new_logp - mb_logp), "ratio")
         if args.norm_adv:
-            mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
-        pg_loss = tl.maximum(-mb_adv * ratio,
-                             -mb_adv * tl.clip(ratio, 1.0 - args.clip_coef, 1.0 + args.clip_coef)).mean()
-        new_v = critic(mb_obs)
+            mb_adv = named((mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8), "mb_adv")
+        pg_loss = named(tl.maximum(-mb_adv * ratio,
+                                   -mb_adv * tl.clip(ratio, 1.0 - args.clip_coef, 1.0 + args.clip_coef)).mean(),
+                        "pg_loss")
+        new_v = named(critic(mb_obs), "new_v")
         if args.clip_vloss:
-            v_clipped = mb_v + tl.clip(new_v - mb_v, -args.clip_coef, args.clip_coef)
+            v_clipped = named(mb_v + tl.clip(new_v - mb_v, -args.clip_coef, args.clip_coef), "v_clipped")
             v_loss = 0.5 * tl.maximum((new_v - mb_ret) ** 2, (v_clipped - mb_ret) ** 2).mean()
         else:
             v_loss = 0.5 * ((new_v - mb_ret) ** 2).mean()
-        loss = pg_loss - args.ent_coef * entropy + args.vf_coef * v_loss
-        approx_kl = ((ratio - 1.0) - tl.log(ratio)).mean()
+        v_loss = named(v_loss, "v_loss")
+        loss = named(pg_loss - args.ent_coef * entropy + args.vf_coef * v_loss, "loss")
+        approx_kl = named(((ratio - 1.0) - tl.log(ratio)).mean(), "approx_kl")
 
         # -- the update recurrence along k, with linear annealing over i -----------------------------------
         lr = optim.linear_schedule(args.lr, i) if args.anneal_lr else args.lr   # α (1 - i / I)

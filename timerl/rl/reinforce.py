@@ -46,13 +46,14 @@ def build(args: Args, callback=None):
     import timerl as tl
     from timerl import optim
 
+    from ..api.naming import name_scope, named
     from .policies import Actor
 
     prog = tl.Program("i t")
     i, t = prog.dims
     I, T = prog.bounds
     n_iter = iterations(args)
-    with prog:
+    with prog, name_scope("reinforce"):    # every op is labelled reinforce.<what>
         env = tl.rl.make_env(args.env, args.num_envs, args.seed, **env_kwargs(args))
         actor = Actor(env, args, domain=(i,))
 
@@ -73,11 +74,11 @@ def build(args: Args, callback=None):
         Tn = args.num_steps                                       # T, fixed when the program is built
         G_b = G[i, 0:Tn]                                          # (T, N)
         if args.norm_returns:
-            G_b = (G_b - G_b.mean()) / (G_b.std() + 1e-8)
+            G_b = named((G_b - G_b.mean()) / (G_b.std() + 1e-8), "G_norm")
         pi = actor.dist(o[i, 0:Tn])
         logp = pi.log_prob(a[i, 0:Tn])                             # (T, N)
-        entropy = pi.entropy().mean()
-        loss = -(logp * G_b.detach()).mean() - args.ent_coef * entropy
+        entropy = named(pi.entropy().mean(), "entropy")
+        loss = named(-(logp * G_b.detach()).mean() - args.ent_coef * entropy, "loss")
         lr = optim.linear_schedule(args.lr, i) if args.anneal_lr else args.lr   # α (1 - i / I)
         opt = optim.Adam(actor.parameters(), lr=lr, eps=1e-5,
                             max_grad_norm=args.max_grad_norm or None)

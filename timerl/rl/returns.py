@@ -9,6 +9,9 @@
 
     G = tl.rl.discounted_returns(r, done, gamma=0.99)      # r, done over (i, t)
     A = tl.rl.gae(r, v, done, gamma=0.99, lam=0.95)         # v = value(o), points t = 0..T
+
+Labels: ``discounted_returns.G``, ``gae.delta``, ``gae.adv``, ``nstep_returns.G`` (see
+:func:`timerl.name_scope`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import sympy
 
 from .. import api as _api  # noqa: F401  (the api package must be importable first)
 from ..api import ops
+from ..api.naming import labelled, named
 from ..api.ops import as_tensor, cast, placeholder
 from ..api.tensor import RecurrentTensor
 from ..errors import ShapeError
@@ -81,18 +85,20 @@ def _value_at_next(value, last_value, dim, like, name):
     return vn
 
 
+@labelled("discounted_returns")
 def discounted_returns(r, done, gamma, dim=None) -> RecurrentTensor:
     """``G_t = r_t + γ (1 - done_t) G_{t+1}``, ``G_T = 0``: a backward recurrence along ``dim``."""
     r = as_tensor(r)
     d = _dim(r, dim)
     nd = _not_done(done, r)
     dom = r.prog.sort_domain(list(r.domain) + list(nd.domain))
-    G = placeholder(r.shape, r.dtype, dom, name="discounted_returns")
+    G = placeholder(r.shape, r.dtype, dom, name="G")
     G[_key(dom, d, d.bound - 1)] = r
     G[_key(dom, d, d)] = r + gamma * nd * G[_key(dom, d, d + 1)]
     return G
 
 
+@labelled("gae")
 def gae(r, value, done, gamma, lam, last_value=None, dim=None) -> RecurrentTensor:
     """Generalized advantage estimation along ``dim`` (see the module docstring).
 
@@ -103,15 +109,16 @@ def gae(r, value, done, gamma, lam, last_value=None, dim=None) -> RecurrentTenso
     d = _dim(r, dim)
     nd = _not_done(done, r)
     v = _float(value, r, "value")
-    v_next = _value_at_next(v, last_value, d, r, "gae.v_next")
-    delta = r + gamma * nd * v_next - v
+    v_next = _value_at_next(v, last_value, d, r, "v_next")
+    delta = named(r + gamma * nd * v_next - v, "delta")
     dom = r.prog.sort_domain(list(r.domain) + list(delta.domain))
-    A = placeholder(delta.shape, r.dtype, dom, name="gae")
+    A = placeholder(delta.shape, r.dtype, dom, name="adv")
     A[_key(dom, d, d.bound - 1)] = delta
     A[_key(dom, d, d)] = delta + (gamma * lam) * nd * A[_key(dom, d, d + 1)]
     return A
 
 
+@labelled("nstep_returns")
 def nstep_returns(r, done, n, gamma, value=None, last_value=None, dim=None) -> RecurrentTensor:
     """``G_t = Σ_{j=t}^{m-1} γ^{j-t} a_j r_j + γ^{m-t} a_m V_m``, ``m = min(t + n, T)``.
 
@@ -136,11 +143,11 @@ def nstep_returns(r, done, n, gamma, value=None, last_value=None, dim=None) -> R
     G = (alive * r_w).discounted_sum(gamma, axis=0)
     alive_m = cast(done_w.sum(axis=0) == 0.0, r.dtype)        # a_m
     if value is None and last_value is None:
-        return G
+        return named(G, "G")
     length = (r_w * 0.0 + 1.0).sum(axis=0)                   # m - t, per element
     disc = ops.binary("pow", gamma, length)                   # γ^{m-t}
     v_m = _value_at(value, last_value, d, n, r)
-    return G + disc * alive_m * v_m
+    return named(G + disc * alive_m * v_m, "G")
 
 
 def _value_at(value, last_value, d, n, like):
@@ -154,7 +161,7 @@ def _value_at(value, last_value, d, n, like):
             return value[_key(value.domain, d, _expr.min(d + n, D))]
     dom = like.prog.sort_domain(list(like.domain) + (list(value.domain) if value is not None else []))
     shape = value.shape if value is not None else like.shape
-    vm = placeholder(shape, like.dtype, dom, name="nstep_returns.v_m")
+    vm = placeholder(shape, like.dtype, dom, name="v_m")
     vm[d + n < D] = value[_key(value.domain, d, d + n)] if value is not None else 0.0
     if last_value is not None:
         tail = _float(last_value, like, "last_value")

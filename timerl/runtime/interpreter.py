@@ -26,7 +26,7 @@ from ..ir.expr import compile_py, cond_to_py, to_py
 from ..ir.ops import Op, Slice
 from ..ir.semantics import BINARY, UNARY, evaluate
 from ..kernels import cpu
-from ..schedule.tree import render
+from ..schedule.tree import outer_loops, render, ticked, trip_count, walk
 from .checks import checks_finite, finite, nonfinite_fault
 from .reference import _readonly, call_sink, call_udf
 from .stores import BlockStore
@@ -251,7 +251,8 @@ class Lowering:
             if not shape:
                 a = f"float({a})"
             elif len(shape) < len(target):  # prepend length-1 axes: the kernel takes arrays of the chain's rank
-                a = f"{a}.reshape({self.sym(f'pad{p}_{e.out}', (1,) * (len(target) - len(shape)) + shape)})"
+                pad = (1,) * (len(target) - len(shape)) + shape  # per rank: chains of other ranks read p too
+                a = f"{a}.reshape({self.sym(f'pad{p}_{e.out}_{len(target)}', pad)})"
             args.append(a)
         k = self.key(g.domain)
         L = [f"r = {kid}({', '.join(args)})"]
@@ -376,16 +377,31 @@ class Lowering:
                        f"    if v is not None:\n        live -= {nb}\n")
 
         def call_line(c):
+            if c.kind == "tick":  # progress: once per iteration of the outermost loops, when asked for
+                return "if tick is not None: tick()"
             return f"{'G' if c.kind == 'exec' else 'F'}{c.ident}({', '.join(c.args)})"
 
-        body = render(self.tree, call_line, 1) or ["    pass"]
-        run = "def run():\n" + "\n".join(body) + "\n"
+        body = render(ticked(self.tree), call_line, 1) or ["    pass"]
+        run = "def run(tick=None):\n" + "\n".join(body) + "\n"
         inner = "\n".join(fns + [run])
         inner += ("def mem():\n    return live, peak\n"
                   "def reset():\n    nonlocal live, peak\n    live = 0\n    peak = 0\n")
         src = "def make():\n    live = 0\n    peak = 0\n" + "".join(
             "    " + ln + "\n" for ln in inner.splitlines()) + "    return run, mem, reset\n"
         return src
+
+    def progress_units(self):
+        """``(ticks, dim)``: how many times ``run(tick)`` calls ``tick`` (the iterations of the
+        outermost loops; None if one is a while loop) and the dim they run over."""
+        loops = outer_loops(self.tree)
+        trips = [trip_count(lp) for lp in loops]
+        total = None if None in trips else sum(trips)
+        groups = {g.gid: g for g in self.groups}
+        for lp in loops:
+            for c in walk(lp.body):
+                if c.kind == "exec" and lp.it in c.args:
+                    return total, groups[c.ident].domain[c.args.index(lp.it)].name
+        return total, None
 
     def build(self, frees):
         self.frees = frees

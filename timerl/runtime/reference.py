@@ -9,10 +9,12 @@ each value after its last read. Slow by design; obviously correct.
 
 from __future__ import annotations
 
+import sys
 import time
 
 import islpy as isl
 import numpy as np
+import tqdm
 
 from ..errors import CompileError, RuntimeFault
 from ..ir import rng
@@ -193,8 +195,9 @@ class ReferenceExecutable:
         t0 = time.perf_counter()
         vals, live_bytes, peak = {}, 0, 0
         remaining = dict(self.reads)
-        bar = _Progress(len(self.order)) if progress else None
-        for step, key in enumerate(self.order):
+        bar = tqdm.tqdm(total=len(self.order), desc="timerl (reference)", unit="point", file=sys.stderr,
+                        dynamic_ncols=True) if progress else None
+        for key in self.order:
             n, pt = key
             node = self.pdg.rec(n)
             ins = []
@@ -223,9 +226,9 @@ class ReferenceExecutable:
                         live_bytes -= sum(o.nbytes for o in vals.pop(d))
             if out is not None and remaining.get(key, 0) == 0:
                 live_bytes -= sum(o.nbytes for o in vals.pop(key))
-            if bar:
-                bar.update(step + 1)
-        if bar:
+            if bar is not None:
+                bar.update()
+        if bar is not None:
             bar.close()
         self.stats["peak_bytes"] = peak
         self.stats["run_seconds"] = time.perf_counter() - t0
@@ -332,23 +335,6 @@ def call_udf(node, ins, pt, batch=None):
             raise RuntimeFault(f"{udf} output {k} of dtype {r.dtype} at {where} does not convert to the declared "
                                f"{dt}: {e}") from e
     return tuple(out)
-
-
-class _Progress:
-    def __init__(self, total, label="points"):
-        self.total, self.label, self.t0, self.last = total, label, time.perf_counter(), 0.0
-
-    def update(self, k):
-        now = time.perf_counter()
-        if now - self.last < 0.2 and k < self.total:
-            return
-        self.last = now
-        frac = k / max(1, self.total)
-        bar = "#" * int(30 * frac)
-        print(f"\r[{bar:<30}] {k}/{self.total} {self.label} {now - self.t0:.1f}s", end="", flush=True)
-
-    def close(self):
-        print()
 
 
 __all__ = ["ReferenceExecutable", "Slice", "nbytes"]

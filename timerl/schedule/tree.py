@@ -39,7 +39,7 @@ class Seq:
 
 @dataclasses.dataclass
 class Call:
-    kind: str  # "exec" | "free"
+    kind: str  # "exec" | "free" | "tick" (progress, see ticked)
     ident: int  # group id (exec) or node id (free)
     args: list  # python expressions over loop iterators, one per dim of the statement
 
@@ -171,6 +171,29 @@ def walk(tree):
         yield from walk(tree.then)
         if tree.other is not None:
             yield from walk(tree.other)
+
+
+def outer_loops(tree) -> list:
+    """The loops at the top of the tree: the schedule's outermost dim, in which progress is counted."""
+    return [c for c in (tree.children if isinstance(tree, Seq) else [tree]) if isinstance(c, Loop)]
+
+
+def ticked(tree):
+    """A copy of ``tree`` whose outermost loops end each iteration with a ``tick`` call."""
+
+    def tick(c):
+        return dataclasses.replace(c, body=Seq([c.body, Call("tick", -1, [])])) if isinstance(c, Loop) else c
+
+    return Seq([tick(c) for c in tree.children]) if isinstance(tree, Seq) else tick(tree)
+
+
+def trip_count(loop: Loop) -> int | None:
+    """Iterations of an outermost loop (its bounds are numbers there), None for a while loop."""
+    if loop.stop is None:
+        return None
+    ns = {"__builtins__": {}, "min": min, "max": max}
+    lo, hi = (int(eval(e, ns)) for e in (loop.init, loop.stop))  # noqa: S307 - isl's own bound expressions
+    return len(range(lo, hi, loop.step))
 
 
 def render(tree, call_line, indent=0) -> list[str]:

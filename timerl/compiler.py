@@ -1,0 +1,192 @@
+"""The compiler driver: one program in, one executable out.
+
+    bounds -> analysis -> passes (verified in checking mode) -> schedule -> memory plan
+           -> lowering -> backend
+
+:func:`compile_program` is what ``Program.compile`` calls (``timerl.api.compile`` is its thin
+entry). Every stage is timed in ``stats["compile_seconds"]``: ``bounds``, ``analysis`` (isl
+demand and validation), ``pass_<name>`` per pass and ``passes`` in all (``verify`` when
+checking), ``schedule`` (isl statements, dependences, ``compute_schedule``), ``memory`` (last
+readers, frees, donation), ``ast`` (isl AST -> schedule tree), ``plan`` (the planned peak,
+when a budget is given) and ``lower`` (Python source, compiled once). The reference backend
+stops after the analysis: it is the oracle and runs the program as written.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Mapping
+
+from .config import config
+from .errors import CompileError
+from .ir.analysis import analyze, live_nodes, resolve_bounds
+from .passes import check_switches, run_passes
+from .runtime.executable import Executable, Schedule
+from .runtime.interpreter import Lowering
+from .runtime.reference import ReferenceExecutable
+from .schedule import memory
+from .schedule.model import build_problem, compute_schedule, time_map
+from .schedule.tree import build_tree
+
+BACKENDS = ("reference", "numpy", "numba", "cuda")
+VARIANTS = ("default", "serialize_sccs", "no_proximity")
+
+
+def compile_program(prog, bounds, backend="numba", seed=0, memory_budget=None, passes=None, check=None):
+    """``prog.compile(...)``: check the arguments, then run every stage (see the module docstring)."""
+    if backend not in BACKENDS:
+        raise CompileError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise CompileError(f"seed must be an int, got {seed!r}")
+    if memory_budget is not None and (not isinstance(memory_budget, int) or memory_budget <= 0):
+        raise CompileError(f"memory_budget must be a positive int of bytes, got {memory_budget!r}")
+    if not isinstance(bounds, Mapping):
+        names = ", ".join(b.name for b in prog.bounds)
+        raise CompileError(
+            f"compile(bounds={bounds!r}): bounds must be a dict keyed by tl.Bound objects or their names "
+            f"({names}), e.g. bounds={{{', '.join(f'{b.name!r}: 10' for b in prog.bounds)}}}"
+        )
+    check_switches(passes)
+    times = {}
+    t0 = time.perf_counter()
+    pdg = prog.pdg
+    live = live_nodes(pdg)
+    if not live:
+        raise CompileError("the program has no sink or parameter update: nothing would be computed")
+    bounds = resolve_bounds(prog, pdg, bounds, live)
+    times["bounds"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    analysis = analyze(prog, pdg, bounds)
+    times["analysis"] = time.perf_counter() - t0
+    if backend == "reference":
+        check = config.check if check is None else bool(check)
+        return ReferenceExecutable(prog, pdg.subgraph(analysis.live).copy(), bounds, seed, analysis, times, check)
+    return build_executable(prog, pdg, bounds, analysis, times, backend=backend, seed=seed,
+                            memory_budget=memory_budget, passes=passes, check=check)
+
+
+def optimize(prog, bounds, passes=None, check=True):
+    """``(pdg, analysis)`` of ``prog`` after the bounds, the analysis and the pass pipeline, without
+    scheduling or lowering (for structural tests and tools); ``check`` verifies after each pass."""
+    pdg = prog.pdg
+    bounds = resolve_bounds(prog, pdg, bounds, live_nodes(pdg))
+    return run_passes(prog, pdg, bounds, analyze(prog, pdg, bounds), passes, {}, check=check)
+
+
+def build_executable(prog, pdg, bounds, analysis, times, backend="numba", seed=0, memory_budget=None,
+                     passes=None, check=None):
+    """Passes, schedule, memory plan (the least peak under ``memory_budget``) and the Executable."""
+    if backend == "cuda":
+        raise CompileError("backend 'cuda' is not available yet (numba.cuda kernels come with their own issue); "
+                           "use backend='numba' or 'numpy'")
+    times = dict(times)
+    check = config.check if check is None else bool(check)
+    t0 = time.perf_counter()
+    pdg, analysis = run_passes(prog, pdg, bounds, analysis, passes, times, check=check or config.verify)
+    times["passes"] = time.perf_counter() - t0
+    grouping = (passes or {}).get("group", True)
+    plan = Plan(prog, pdg, bounds, analysis, grouping, "default", times)
+    planned = None
+    if memory_budget is not None:
+        t0 = time.perf_counter()
+        planned = plan.planned_peak(prog, pdg, bounds, seed)
+        tried = [(planned, plan)]
+        if planned > memory_budget:
+            # the alternatives: storage kinds on each schedule (default, blocks without rings,
+            # point stores only), then the other schedule variants
+            def storages(base):
+                for st in memory.STORAGE_MODES:
+                    if st == base.storage:
+                        continue
+                    alt = base.with_storage(st)
+                    if alt.kinds != base.kinds:
+                        yield alt
+
+            def candidates():
+                yield from storages(plan)
+                for g in ((grouping, False) if grouping else (False,)):
+                    for v in VARIANTS:
+                        if (g, v) == (grouping, "default"):
+                            continue
+                        try:
+                            alt = Plan(prog, pdg, bounds, analysis, g, v, times)
+                        except CompileError:
+                            continue
+                        yield alt
+                        yield from storages(alt)
+
+            for alt in candidates():
+                tried.append((alt.planned_peak(prog, pdg, bounds, seed), alt))
+                if tried[-1][0] <= memory_budget:
+                    break
+            planned, plan = min(tried, key=lambda x: x[0])
+        times["plan"] = time.perf_counter() - t0
+        if planned > memory_budget:
+            raise CompileError(
+                f"memory_budget={memory_budget} bytes cannot be met: the least planned peak of live tensor bytes "
+                f"over the schedules and storage choices tried is {planned} bytes; pass memory_budget>={planned}")
+    return Executable(prog, pdg, bounds, seed, analysis, plan, backend, check, times, planned)
+
+
+
+
+class Plan:
+    """One schedule with its memory plan (frees, donation, storage kinds), lowered to a tree."""
+
+    def __init__(self, prog, pdg, bounds, analysis, grouping, variant, times, storage="default"):
+        t0 = time.perf_counter()
+        self.problem = build_problem(prog, pdg, analysis, grouping)
+        try:
+            self.isl_schedule = compute_schedule(prog, pdg, self.problem, variant)
+        except CompileError:
+            if not grouping:
+                raise
+            # grouping joined two instances that depend on each other through another
+            # statement (a cycle at one point): schedule one statement per node instead
+            grouping = False
+            self.problem = build_problem(prog, pdg, analysis, grouping)
+            self.isl_schedule = compute_schedule(prog, pdg, self.problem, variant)
+        T = time_map(self.isl_schedule, self.problem)
+        t1 = time.perf_counter()
+        last = memory.last_reads(prog, pdg, analysis, self.problem, T)
+        self.inline = memory.inline_frees(pdg, analysis, self.problem, T, last)
+        inl = {n for ns in self.inline.values() for n, _ in ns}
+        frees = memory.free_maps(prog, pdg, analysis, self.problem, T, {p: m for p, m in last.items() if p not in inl})
+        self.donated = memory.donations(prog, pdg, analysis, self.problem, T, last)
+        self.frees = sorted(p for p in last if p not in inl)
+        self._memory_args = (prog, pdg, analysis, self.problem, T, last, frees)
+        self.storage = storage
+        self.kinds = memory.storage_kinds(*self._memory_args, mode=storage)
+        t2 = time.perf_counter()
+        self.tree = build_tree(T, frees, analysis.model.ctx, bounds)
+        self.schedule = Schedule(self.tree, self.problem.groups, pdg, self.donated, self.inline, kinds=self.kinds)
+        t3 = time.perf_counter()
+        self.variant, self.grouping = variant, grouping
+        for k, v in (("schedule", t1 - t0), ("memory", t2 - t1), ("ast", t3 - t2)):
+            times[k] = times.get(k, 0.0) + v
+
+    def with_storage(self, storage):
+        """The same schedule with the storage kinds of another mode (memory.STORAGE_MODES)."""
+        alt = copy.copy(self)
+        alt.storage = storage
+        alt.kinds = memory.storage_kinds(*self._memory_args, mode=storage)
+        alt.schedule = Schedule(self.tree, self.problem.groups, self.schedule.pdg, dict(self.donated), self.inline,
+                                kinds=alt.kinds)
+        return alt
+
+    def lower(self, prog, pdg, bounds, seed, mode, backend="numpy"):
+        low = Lowering(prog, pdg, bounds, seed, self.problem.groups, self.tree, dict(self.donated), mode, backend,
+                       self.inline, self.kinds)
+        out = low.build(self.frees)
+        self.kernels = low.kernels
+        self.progress_units = low.progress_units()
+        if mode != "plan":
+            self.donated = low.donated  # the lowering may decline a donation it cannot do in place
+            self.schedule.donated = low.donated
+        return out
+
+    def planned_peak(self, prog, pdg, bounds, seed) -> int:
+        _, run, mem, reset, _ = self.lower(prog, pdg, bounds, seed, "plan")
+        run()
+        return mem()[1]

@@ -1,0 +1,217 @@
+"""Algebraic simplification: identities that hold bit for bit, and constant folding.
+
+Identities (``identity_rules``, per op) forward a node's readers to one of its operands
+when the node's value equals that operand's at every point, with the same domain, shape
+and dtype (``x * 1.0`` with an int ``x`` promotes to float and is left alone):
+
+- ``x * 1``, ``1 * x``, ``x / 1``, ``x ** 1``, ``x - 0`` (``+0``), ``x + 0`` and ``0 + x``
+  for ints, and for floats only with ``-0.0`` (``-0.0 + 0.0`` is ``+0.0``, so adding
+  ``+0.0`` is not an identity);
+- ``--x``, ``~~x``, ``detach(x)`` (autodiff has already run), ``min(x, x)``, ``max(x, x)``,
+  ``x & x``, ``x | x``, ``where(c, x, x)``;
+- casts to the operand's dtype, reshapes and expands to its shape, identity permutes.
+
+Not rewritten, because floating point does not allow it exactly: ``exp(log(x))`` (``x < 0``
+gives NaN, and rounding), ``log(exp(x))`` (overflow), ``x * 0`` (NaN, inf, ``-0.0``),
+``x - x``.
+
+Constant folding: an op whose operands are all constants without dims is evaluated once
+with the reference executor's numpy rule (:func:`timerl.ir.semantics.evaluate`), so its
+value is the reference value bit for bit, and becomes a constant. Folding that would make
+a constant larger than its inputs (an expand of a scalar) or that raises (an index out of
+range: the run reports it) is skipped.
+
+Constants are only dropped from a node's operands, never added, and forwarded operands
+have the node's own domain, so every remaining node keeps its points and its demand.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import sympy
+
+from ..ir.ops import ELEMENTWISE, MOVEMENT, Node, Op
+from ..ir.semantics import evaluate
+from .rewrite import forward, reanalysed
+
+FOLDABLE = ELEMENTWISE | MOVEMENT | {Op.REDUCE, Op.SCAN, Op.MATMUL, Op.TAKE, Op.ONE_HOT}
+FOLD_MIN_SIZE = 64  # a folded constant may grow up to this many elements
+
+
+def _const(pdg, p, e):
+    """The value of operand edge ``e`` from ``p`` if it is a constant without dims, else None."""
+    node = pdg.rec(p)
+    if node.op is Op.CONST and not node.domain:
+        return node.attrs["value"]
+    return None
+
+
+def _all(v, test) -> bool:
+    return v is not None and v.size > 0 and bool(np.all(test(v)))
+
+
+def _ones(v):
+    return _all(v, lambda a: a == 1)
+
+
+def _zeros(v, dtype, negative):
+    """All zeros, and for floats all with the sign bit given (an exact identity for + or -)."""
+    if np.dtype(dtype).kind not in "fc":
+        return _all(v, lambda a: a == 0)
+    return _all(v, lambda a: (a == 0) & (np.signbit(a) == negative))
+
+
+def _binary(pdg, n, node, ins):
+    (pa, ea), (pb, eb) = ins
+    fn = node.attrs["fn"]
+    va, vb = _const(pdg, pa, ea), _const(pdg, pb, eb)
+    if fn == "mul":
+        return (pa, ea) if _ones(vb) else (pb, eb) if _ones(va) else None
+    if fn in ("div", "pow"):
+        return (pa, ea) if _ones(vb) else None
+    if fn == "add":
+        return (pa, ea) if _zeros(vb, node.dtype, True) else (pb, eb) if _zeros(va, node.dtype, True) else None
+    if fn == "sub":
+        return (pa, ea) if _zeros(vb, node.dtype, False) else None
+    if fn in ("minimum", "maximum", "logical_and", "logical_or") and _same_operand(pa, ea, pb, eb):
+        return pa, ea
+    return None
+
+
+def _same_operand(pa, ea, pb, eb) -> bool:
+    return pa == pb and ea.out == eb.out and ea.index == eb.index
+
+
+def _involution(fn):
+    def rule(pdg, n, node, ins):
+        (p, e), = ins
+        inner = pdg.rec(p)
+        if node.attrs["fn"] == fn and inner.op is Op.UNARY and inner.attrs["fn"] == fn:
+            return pdg.inputs(p)[0]
+        return None
+
+    return rule
+
+
+def _unary(pdg, n, node, ins):
+    if node.attrs["fn"] == "detach":
+        return ins[0]
+    for fn in ("neg", "logical_not"):
+        hit = _involution(fn)(pdg, n, node, ins)
+        if hit:
+            return hit
+    return None
+
+
+def _same_shape(a, b) -> bool:
+    return len(a) == len(b) and all(sympy.sympify(x) == sympy.sympify(y) for x, y in zip(a, b))
+
+
+def _shape_of(pdg, p, e):
+    return tuple(pdg.rec(p).shapes[e.out])
+
+
+identity_rules = {
+    Op.BINARY: _binary,
+    Op.UNARY: _unary,
+    Op.CAST: lambda pdg, n, node, ins: ins[0],  # kept only when the dtypes agree (below)
+    Op.RESHAPE: lambda pdg, n, node, ins: ins[0] if _same_shape(node.attrs["shape"], _shape_of(pdg, *ins[0])) else None,
+    Op.EXPAND: lambda pdg, n, node, ins: ins[0] if _same_shape(node.attrs["shape"], _shape_of(pdg, *ins[0])) else None,
+    Op.PERMUTE: lambda pdg, n, node, ins: ins[0] if tuple(node.attrs["axes"]) == tuple(
+        range(len(node.attrs["axes"]))) else None,
+    Op.WHERE: lambda pdg, n, node, ins: ins[1] if _same_operand(*ins[1], *ins[2]) else None,
+}
+
+
+def identity_of(pdg, n):
+    """``(producer, output)`` whose value node ``n`` equals at every point, or None."""
+    node = pdg.rec(n)
+    rule = identity_rules.get(node.op)
+    if rule is None or len(node.shapes) != 1:
+        return None
+    hit = rule(pdg, n, node, pdg.inputs(n))
+    if hit is None:
+        return None
+    p, e = hit
+    src = pdg.rec(p)
+    if p == n or src.domain != node.domain or src.dtypes[e.out] != node.dtype:
+        return None
+    if not _same_shape(src.shapes[e.out], node.shape):
+        return None
+    return p, e.out
+
+
+class _FoldCtx:
+    """What an eval rule may ask at compile time: static lengths only."""
+
+    def resolve(self, e):
+        v = sympy.sympify(e)
+        if not v.is_Integer:
+            raise ValueError(f"symbolic length {e}")
+        return int(v)
+
+    def where(self):
+        return "compile time"
+
+
+def folded(pdg, n):
+    """The constant value of node ``n`` if all its operands are constants without dims, else None."""
+    node = pdg.rec(n)
+    ins = pdg.inputs(n)
+    if node.op not in FOLDABLE or node.domain or len(node.shapes) != 1 or not ins:
+        return None
+    vals = [_const(pdg, p, e) for p, e in ins]
+    if any(v is None for v in vals):
+        return None
+    if not all(isinstance(s, (int, np.integer)) for s in node.shape):
+        return None
+    size = int(np.prod(node.shape, dtype=np.int64))
+    if size > max(FOLD_MIN_SIZE, *(v.size for v in vals)):
+        return None
+    try:
+        with np.errstate(all="ignore"):
+            (v,) = evaluate(node, vals, 0, _FoldCtx())
+    except Exception:  # the run raises it at the point, as the reference executor does
+        return None
+    v = np.asarray(v)
+    if v.shape != tuple(int(s) for s in node.shape) or v.dtype != node.dtype:
+        return None
+    v = np.array(v)
+    v.setflags(write=False)
+    return v
+
+
+def simplify(prog, pdg, bounds, analysis):
+    """Apply the identities and fold constants until nothing changes (see the module docstring)."""
+    out, replaced = None, {}
+    live = set(analysis.live)
+    changed = True
+    while changed:
+        changed = False
+        g = out if out is not None else pdg
+        for n in sorted(g.nodes):
+            if n not in live or n in replaced:
+                continue
+            hit = identity_of(g, n)
+            value = None if hit else folded(g, n)
+            if hit is None and value is None:
+                continue
+            if out is None:
+                out = g = pdg.copy()
+            if hit:
+                p, k = hit
+                forward(out, n, p, out=k)
+                out.remove_node(n)
+                replaced[n] = p
+            else:
+                node = out.rec(n)
+                out.remove_edges_from(list(out.out_edges(n, keys=True)))
+                out.nodes[n]["node"] = Node(Op.CONST, (), node.shapes, node.dtypes, {"value": value}, node.name,
+                                            node.index)
+            changed = True
+    if out is None:
+        return pdg, analysis
+    return out, reanalysed(prog, out, bounds, analysis, replaced)
+
+
+__all__ = ["FOLDABLE", "folded", "identity_of", "identity_rules", "simplify"]

@@ -1,0 +1,249 @@
+"""What a well-formed PDG is, checked: :func:`verify` runs after every pass in checking mode.
+
+A PDG is well formed when
+- every node is an int carrying a :class:`~timerl.ir.ops.Node` record under ``"node"`` whose
+  domain lists distinct dims (in program order when the program is known);
+- every edge runs consumer -> producer and carries an :class:`~timerl.ir.ops.Edge` under
+  ``"edge"``; its ``index`` has one entry per producer-domain dim and uses only the
+  consumer's dims and the bounds; its ``out`` names one of the producer's outputs;
+- a consumer's operand positions are ``0..k-1`` with no gap or repeat, and ``k`` is an
+  arity its op takes (``arity_rules``);
+- only ``ACCESS`` edges and ``MERGE`` branches read away from the point: every other
+  edge is basis (the producer's dims, each read at itself), so the producer's dims are
+  among the consumer's;
+- ``MERGE`` branches carry a condition and one non-negative shift per merge dim, read
+  their value at ``d - shift`` on every value dim, and bring the merge's shape and dtype;
+  no other edge carries a condition or shift;
+- a ``SINK`` has no outputs and no consumers; a source has no inputs;
+- where shapes are static ints, elementwise ops have the broadcast of their operands'
+  shapes, casts and unary ops keep their operand's shape, movement ops (reshape, expand,
+  permute) produce what their attributes say, and binary ops the promoted dtype
+  (``bool`` for comparisons).
+
+Errors are :class:`VerifyError` (a ``CompileError``) naming the user's tensor and the pass
+that broke the graph, followed by the node and its neighbours (``pdg.describe``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import sympy
+
+from ..errors import CompileError
+from ..ir.expr import symbols_of
+from ..ir.ops import Edge, Node, Op, Slice, is_basis
+
+_ANY = None  # any number of operands
+
+# allowed operand counts per op: a set of ints, or _ANY
+arity_rules = {
+    Op.CONST: {0},
+    Op.DATA: {0},
+    Op.DIM_VALUE: {0},
+    Op.RANDOM: _ANY,
+    Op.UNARY: {1},
+    Op.BINARY: {2},
+    Op.WHERE: {3},
+    Op.CAST: {1},
+    Op.REDUCE: {1, 2},  # discounted_sum reads gamma as operand 1
+    Op.SCAN: {1, 2},  # discounted_cumsum reads gamma as operand 1
+    Op.MATMUL: {2},
+    Op.RESHAPE: {1},
+    Op.PERMUTE: {1},
+    Op.EXPAND: {1},
+    Op.CONCAT: _ANY,
+    Op.SLICE: {1},
+    Op.TAKE: {2},
+    Op.ONE_HOT: {1},
+    Op.ACCESS: {1},
+    Op.MERGE: _ANY,
+    Op.UDF: _ANY,
+    Op.SINK: _ANY,
+}
+
+COMPARISONS = frozenset({"lt", "le", "gt", "ge", "eq", "ne"})
+LOGICAL = frozenset({"logical_and", "logical_or"})
+
+
+class VerifyError(CompileError):
+    """The PDG broke an invariant of :mod:`timerl.passes.verify` (a compiler bug, not a user error)."""
+
+
+def _static(shape) -> bool:
+    return all(isinstance(s, (int, np.integer)) for s in shape)
+
+
+def broadcast(shapes):
+    """NumPy broadcast of static shapes, or None when they do not broadcast."""
+    try:
+        return tuple(int(s) for s in np.broadcast_shapes(*[tuple(int(x) for x in s) for s in shapes]))
+    except ValueError:
+        return None
+
+
+def promote(dtypes) -> np.dtype:
+    """The dtype of a binary op over tensors of ``dtypes`` (the api's rule for tensor operands:
+    numpy's promotion, except that ints with float32 stay float32)."""
+    r = np.result_type(*dtypes)
+    floats = [d for d in dtypes if d.kind == "f"]
+    if floats and r == np.float64 and np.dtype("float64") not in floats:
+        r = max(floats, key=lambda d: d.itemsize)
+    return np.dtype(r)
+
+
+def _same(a, b) -> bool:
+    return len(a) == len(b) and all(sympy.sympify(x) == sympy.sympify(y) for x, y in zip(a, b))
+
+
+def verify(pdg, prog=None, after=None):
+    """Check that ``pdg`` is well formed (see the module docstring); raise :class:`VerifyError` if not.
+
+    ``prog`` (optional) adds the checks that need the program's dims and bounds; ``after``
+    names the pass that produced the graph, for the message.
+    """
+    dim_order = {d.name: k for k, d in enumerate(prog.dims)} if prog is not None else None
+    allowed = None
+    if prog is not None:
+        allowed = {d.e for d in prog.dims} | {b.e for b in prog.bounds}
+    for n in pdg.nodes:
+        _check_node(pdg, n, dim_order, allowed, after)
+
+
+def _fail(pdg, n, msg, after):
+    where = f" after pass {after!r}" if after else ""
+    try:
+        name = repr(pdg.rec(n).name)
+    except Exception:  # the record itself is what is broken
+        name = "?"
+    lines = [f"malformed PDG{where}: tensor {name} (%{n}): {msg}"]
+    for p in sorted({p for _, p in pdg.out_edges(n)}):
+        lines.append("    " + _describe(pdg, p))
+    lines.append("  > " + _describe(pdg, n))
+    for c in sorted({c for c, _ in pdg.in_edges(n)}):
+        lines.append("    " + _describe(pdg, c))
+    raise VerifyError("\n".join(lines))
+
+
+def _describe(pdg, n) -> str:
+    try:
+        return pdg.describe(n)
+    except Exception:
+        return f"%{n} = <unprintable: {pdg.nodes[n]!r}>"
+
+
+def _check_node(pdg, n, dim_order, allowed, after):
+    node = pdg.nodes[n].get("node")
+    if not isinstance(n, int) or not isinstance(node, Node):
+        _fail(pdg, n, "node without a Node record under 'node'", after)
+    names = [d.name for d in node.domain]
+    if len(set(names)) != len(names):
+        _fail(pdg, n, f"domain {node.domain} repeats a dim", after)
+    if dim_order is not None:
+        if any(x not in dim_order for x in names):
+            _fail(pdg, n, f"domain {node.domain} has a dim the program does not declare", after)
+        if names != sorted(names, key=dim_order.__getitem__):
+            _fail(pdg, n, f"domain {node.domain} is not in program order", after)
+    if len(node.shapes) != len(node.dtypes):
+        _fail(pdg, n, f"{len(node.shapes)} output shapes but {len(node.dtypes)} dtypes", after)
+    raw = [(p, d.get("edge")) for _, p, d in pdg.out_edges(n, data=True)]
+    if any(not isinstance(e, Edge) for _, e in raw):
+        _fail(pdg, n, "an input edge without an Edge record under 'edge'", after)
+    ins = sorted(raw, key=lambda pe: pe[1].pos)
+    if [e.pos for _, e in ins] != list(range(len(ins))):
+        _fail(pdg, n, f"operand positions {[e.pos for _, e in ins]} are not 0..{len(ins) - 1}", after)
+    ar = arity_rules.get(node.op, ())
+    if ar is not _ANY and len(ins) not in ar:
+        _fail(pdg, n, f"{node.op.value} takes {sorted(ar)} operands, has {len(ins)}", after)
+    if node.op is Op.SINK:
+        if node.shapes:
+            _fail(pdg, n, "a sink has outputs", after)
+        if pdg.in_edges(n):
+            _fail(pdg, n, "a sink is read by another node", after)
+    if node.op is Op.SINK or node.op is Op.MERGE and not ins:
+        pass
+    elif not node.shapes:
+        _fail(pdg, n, f"{node.op.value} has no outputs", after)
+    own = {d.e for d in node.domain}
+    for p, e in ins:
+        _check_edge(pdg, n, node, p, e, own, allowed, after)
+    _check_types(pdg, n, node, ins, after)
+
+
+def _check_edge(pdg, n, node, p, e, own, allowed, after):
+    prod = pdg.rec(p)
+    what = f"operand {e.pos} (reads {prod.name!r}, %{p})"
+    if len(e.index) != len(prod.domain):
+        _fail(pdg, n, f"{what}: index {e.index_str()} has {len(e.index)} entries for producer domain "
+                      f"{prod.domain}", after)
+    if not 0 <= e.out < len(prod.shapes):
+        _fail(pdg, n, f"{what}: output {e.out} of a producer with {len(prod.shapes)} outputs", after)
+    syms = set()
+    for ent in e.index:
+        syms |= (symbols_of(ent.start) | symbols_of(ent.stop)) if isinstance(ent, Slice) else symbols_of(ent)
+    dims_used = syms - (allowed - own) if allowed is not None else set()
+    if allowed is not None and not dims_used <= own:
+        extra = ", ".join(sorted(str(s) for s in dims_used - own))
+        _fail(pdg, n, f"{what}: index {e.index_str()} uses {extra}, not in the consumer's domain", after)
+    if node.op is Op.MERGE:
+        _check_branch(pdg, n, node, prod, e, what, after)
+        return
+    if e.cond is not None or tuple(e.shift):
+        _fail(pdg, n, f"{what}: only placeholder branches carry a condition or shift", after)
+    if node.op is Op.ACCESS:
+        return
+    if not is_basis(e, prod.domain) or not own >= {d.e for d in prod.domain}:
+        _fail(pdg, n, f"{what}: a {node.op.value} must read its operand at the same point, "
+                      f"reads {e.index_str()}", after)
+
+
+def _check_branch(pdg, n, node, prod, e, what, after):
+    if e.cond is None:
+        _fail(pdg, n, f"{what}: a placeholder branch without a condition", after)
+    shift = tuple(e.shift)
+    if shift and (len(shift) != len(node.domain) or any(int(k) < 0 for k in shift)):
+        _fail(pdg, n, f"{what}: shift {shift} must have one entry >= 0 per dim of {node.domain}", after)
+    if not {d.name for d in prod.domain} <= {d.name for d in node.domain}:
+        _fail(pdg, n, f"{what}: branch value has dims outside the placeholder's domain", after)
+    sh = dict(zip([d.name for d in node.domain], shift or (0,) * len(node.domain)))
+    for ent, d in zip(e.index, prod.domain):
+        if isinstance(ent, Slice) or sympy.sympify(ent) != d.e - sh[d.name]:
+            _fail(pdg, n, f"{what}: branch reads {e.index_str()}, expected its value at the point less the shift "
+                          f"{shift}", after)
+    if not _same(prod.shapes[e.out], node.shape) or prod.dtypes[e.out] != node.dtype:
+        _fail(pdg, n, f"{what}: branch value {tuple(prod.shapes[e.out])} {prod.dtypes[e.out]} is not the "
+                      f"placeholder's {tuple(node.shape)} {node.dtype}", after)
+
+
+def _check_types(pdg, n, node, ins, after):
+    op = node.op
+    shapes = [tuple(pdg.rec(p).shapes[e.out]) for p, e in ins]
+    dtypes = [np.dtype(pdg.rec(p).dtypes[e.out]) for p, e in ins]
+    if op in (Op.UNARY, Op.BINARY, Op.WHERE, Op.CAST) and all(map(_static, shapes)) and _static(node.shape):
+        want = broadcast(shapes)
+        if want is None or tuple(int(s) for s in node.shape) != want:
+            _fail(pdg, n, f"shape {tuple(node.shape)} is not the broadcast of its operands' {shapes}", after)
+    if op is Op.BINARY:
+        fn = node.attrs["fn"]
+        want = np.dtype(bool) if fn in COMPARISONS or fn in LOGICAL else promote(dtypes)
+        if node.dtype != want:
+            _fail(pdg, n, f"{fn} of {[str(d) for d in dtypes]} has dtype {node.dtype}, expected {want}", after)
+    elif op is Op.WHERE:
+        if dtypes[0] != np.dtype(bool) or node.dtype != promote(dtypes[1:]):
+            _fail(pdg, n, f"where of {[str(d) for d in dtypes]} has dtype {node.dtype}", after)
+    elif op is Op.CAST:
+        if node.dtype != np.dtype(node.attrs["dtype"]):
+            _fail(pdg, n, f"cast to {node.attrs['dtype']} has dtype {node.dtype}", after)
+    elif op is Op.RESHAPE or op is Op.EXPAND:
+        if not _same(node.shape, node.attrs["shape"]) or node.dtype != dtypes[0]:
+            _fail(pdg, n, f"{op.value} to {tuple(node.attrs['shape'])} has shape {tuple(node.shape)}", after)
+    elif op is Op.PERMUTE:
+        axes = tuple(node.attrs["axes"])
+        if sorted(axes) != list(range(len(shapes[0]))) or not _same(node.shape, [shapes[0][a] for a in axes]):
+            _fail(pdg, n, f"permute {axes} of {shapes[0]} has shape {tuple(node.shape)}", after)
+    elif op is Op.CONST:
+        v = node.attrs["value"]
+        if tuple(v.shape) != tuple(node.shape) or v.dtype != node.dtype:
+            _fail(pdg, n, f"constant of {v.shape} {v.dtype} in a node of {tuple(node.shape)} {node.dtype}", after)
+
+
+__all__ = ["VerifyError", "arity_rules", "broadcast", "promote", "verify"]
