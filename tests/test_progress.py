@@ -72,3 +72,14 @@ def test_cli_plot_without_matplotlib_says_what_to_install(tmp_path, capsys):
     rc = main(["train", "reinforce", "--total-steps", "2048", "--plot", str(tmp_path / "curve.png")])
     err = capsys.readouterr().err
     assert rc == 2 and 'pip install -e ".[plot]"' in err and "Traceback" not in err
+
+
+def test_outermost_loops_are_found_inside_nested_blocks():
+    """isl's AST nests blocks: a loop inside Seq(Seq(...)) is still an outermost loop, ticked once per trip."""
+    from timerl.schedule.tree import Call, Loop, Seq, outer_loops, ticked, trip_count, walk
+
+    loop = Loop("c0", "0", "3", 1, Call("exec", 1, ["c0"]))
+    tree = Seq([Seq([Seq([Call("exec", 0, [])]), loop]), Seq([Call("free", 0, [])])])
+    assert outer_loops(tree) == [loop] and trip_count(loop) == 3
+    kinds = [c.kind for c in walk(ticked(tree))]
+    assert kinds == ["exec", "exec", "tick", "free"]

@@ -173,9 +173,16 @@ def walk(tree):
             yield from walk(tree.other)
 
 
+def top_level(tree) -> list:
+    """The statements at the top of the tree, nested sequences flattened (isl's AST nests blocks)."""
+    if not isinstance(tree, Seq):
+        return [tree]
+    return [x for c in tree.children for x in top_level(c)]
+
+
 def outer_loops(tree) -> list:
     """The loops at the top of the tree: the schedule's outermost dim, in which progress is counted."""
-    return [c for c in (tree.children if isinstance(tree, Seq) else [tree]) if isinstance(c, Loop)]
+    return [c for c in top_level(tree) if isinstance(c, Loop)]
 
 
 def ticked(tree):
@@ -184,7 +191,7 @@ def ticked(tree):
     def tick(c):
         return dataclasses.replace(c, body=Seq([c.body, Call("tick", -1, [])])) if isinstance(c, Loop) else c
 
-    return Seq([tick(c) for c in tree.children]) if isinstance(tree, Seq) else tick(tree)
+    return Seq([tick(c) for c in top_level(tree)])
 
 
 def trip_count(loop: Loop) -> int | None:
