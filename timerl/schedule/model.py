@@ -135,7 +135,12 @@ def make_groups(pdg, analysis, enabled=True, siblings=True) -> tuple[list, dict]
 
     def creates_cycle(a, b):
         """Would joining groups a and b close a chain of reads at one of their points through
-        another group? Reads shifted along one of the group's own dims cannot (conservative)."""
+        another group? Reads shifted along one of the group's own dims cannot (conservative).
+
+        The walk is over groups, not nodes: a group runs all its members at once, so a chain
+        that reaches one member of a group goes on from every member of it (the critic's
+        weights and the learner's slice of the rollout in one group at ``i`` tie every acting
+        step of that iteration before and after it, though no chain of nodes joins them)."""
         both = group_of[a] | group_of[b]
         dims = frozenset(d.name for d in pdg.rec(a).domain)
         nxt = succ_by_dims.setdefault(dims, {})
@@ -148,15 +153,16 @@ def make_groups(pdg, analysis, enabled=True, siblings=True) -> tuple[list, dict]
         for src, dst in ((group_of[a], group_of[b]), (group_of[b], group_of[a])):
             seen, stack = set(), [q for n in src for q in succ(n) if q not in both]
             while stack:
-                n = stack.pop()
-                if n in seen:
+                r = find(stack.pop())
+                if r in seen:
                     continue
-                seen.add(n)
-                for q in succ(n):
-                    if q in dst:
-                        return True
-                    if q not in both and q not in seen:
-                        stack.append(q)
+                seen.add(r)
+                for n in group_of[r]:
+                    for q in succ(n):
+                        if q in dst:
+                            return True
+                        if q not in both and find(q) not in seen:
+                            stack.append(q)
         return False
 
     if enabled:
