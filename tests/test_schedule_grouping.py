@@ -121,3 +121,34 @@ def test_a2c_with_a_sink_on_the_critic_values_compiles_grouped():
     exe = prog.compile(bounds=bounds, backend="numpy")
     assert exe.plan.grouping and exe.plan.problem.restrict is None
     assert exe.stats["statements"] <= base + 1
+
+
+def _backward_grad_prog(out):
+    """docs/api.md's gradient through a forward recurrence: its backward pass runs t descending,
+    so the iteration split does not apply and isl schedules the whole problem."""
+    prog = tl.Program("t")
+    (t,), (T,) = prog.dims, prog.bounds
+    with prog:
+        w = tl.tensor(np.array([1.0, 2.0], "float32"), requires_grad=True, name="w")
+        x = tl.tensor(np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], "float32"), domain=(t,), name="x")
+        h = tl.placeholder((), "float32", (t,), name="h")
+        h[0] = (w * x).sum()
+        h[t + 1] = 0.5 * h + (w * x[t + 1]).sum()
+        loss = h[T - 1] ** 2
+        loss.backward()
+        (gx,) = tl.grad(loss, [x])
+        tl.sink([loss, w.grad], lambda v, p: out.update(loss=np.array(v[0]), wgrad=np.array(v[1])))
+        tl.sink(gx, lambda v, p: out.__setitem__(("gx", p["t"]), np.array(v)))
+    return prog
+
+
+def test_refinement_on_a_problem_scheduled_whole():
+    got, want = {}, {}
+    exe = _backward_grad_prog(got).compile({"T": 3}, backend="numpy")
+    assert exe.plan.grouping and not exe.plan.problem.split
+    assert exe.stats["statements"] * 2 < len(exe.plan.problem.of)  # grouped, not one statement per node
+    exe.run()
+    _backward_grad_prog(want).compile({"T": 3}, backend="reference").run()
+    assert sorted(got, key=str) == sorted(want, key=str)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, err_msg=str(k))

@@ -485,8 +485,9 @@ def _schedule_once(prog, problem, variant, whole=True):
     return sched
 
 
-def _iterated(prog, problem) -> bool:
-    """Does some statement run at more than one point of the outermost dim (see _split_outer)?"""
+def _split_applies(prog, problem) -> bool:
+    """Can :func:`_split_outer` apply to some grouping of this program: does some statement run
+    at more than one point of the outermost dim, with no dependence going backwards in it?"""
     outer = prog.dims[0].name if prog.dims else None
     names = {g.name: [d.name for d in g.domain] for g in problem.groups}
     found = []
@@ -499,13 +500,25 @@ def _iterated(prog, problem) -> bool:
                 found.append(st)
 
     problem.domain.foreach_set(look)
-    return bool(found)
+    if not found or problem.deps is None:
+        return False
+    maps = []
+    problem.deps.foreach_map(maps.append)
+    for m in maps:
+        a, b = m.get_tuple_name(isl.dim_type.in_), m.get_tuple_name(isl.dim_type.out)
+        if outer in names[a] and outer in names[b]:
+            flat = m.wrap()
+            ia, ib = names[a].index(outer), m.dim(isl.dim_type.in_) + names[b].index(outer)
+            if not flat.intersect(_cmp(flat, ia, ib, ">")).is_empty():
+                return False
+    return True
 
 
-def _stuck(prog, problem) -> set:
+def _stuck(prog, problem, whole=False) -> set:
     """Nodes of the groups on a cycle of dependences within one iteration of the outermost dim
-    (all of them when it has no cycle): where a grouping without a schedule ties instances."""
-    outer = prog.dims[0].name if prog.dims else None
+    (``whole``: on any cycle; all nodes when there is none): where a grouping without a schedule
+    ties instances."""
+    outer = prog.dims[0].name if prog.dims and not whole else None
     names = {g.name: [d.name for d in g.domain] for g in problem.groups}
     g = nx.DiGraph()
     maps = []
@@ -539,15 +552,15 @@ def refine(prog, problem, variant="default", budget=None):
     isl calls on problems a little larger than the grouped one. isl's cost grows faster than
     its statement count: a problem of ``s`` statements is charged ``s**2 / nodes`` against
     ``budget`` (default: 3 x the nodes, about three ungrouped schedules). With an iteration
-    dim a probe is only the split schedule (isl on the whole problem can take minutes for one
-    answer). ``(problem, schedule)``, or None when the budget ran out first.
+    dim that the split can apply to, a probe is only the split schedule (isl on the whole
+    problem can take minutes for one answer). ``(problem, schedule)``, or None when the budget ran out first.
     """
     if not problem.joins:
         return None
     budget = 3 * len(problem.of) if budget is None else budget
-    whole = not _iterated(prog, problem)
+    whole = not _split_applies(prog, problem)
     spent, best = 0, None
-    nodes = _stuck(prog, problem)
+    nodes = _stuck(prog, problem, whole)
 
     def probe(keys):
         nonlocal spent, best
