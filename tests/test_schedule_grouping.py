@@ -5,7 +5,6 @@ without a schedule is refined where it fails, not dropped."""
 import functools
 
 import numpy as np
-import pytest
 
 import timerl as tl
 from timerl.schedule import model

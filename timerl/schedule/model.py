@@ -553,7 +553,8 @@ def refine(prog, problem, variant="default", budget=None):
     its statement count: a problem of ``s`` statements is charged ``s**2 / nodes`` against
     ``budget`` (default: 3 x the nodes, about three ungrouped schedules). With an iteration
     dim that the split can apply to, a probe is only the split schedule (isl on the whole
-    problem can take minutes for one answer). ``(problem, schedule)``, or None when the budget ran out first.
+    problem can take minutes for one answer). Returns ``(problem, schedule)``, or None when
+    the budget ran out first.
     """
     if not problem.joins:
         return None
