@@ -64,7 +64,7 @@ def _shifted(pdg, p, e) -> frozenset:
     return frozenset(out)
 
 
-def _join_siblings(pdg, analysis, live, parent, find, group_of, tag, creates_cycle):
+def _join_siblings(pdg, analysis, live, parent, find, group_of, tag, creates_cycle, permit):
     """Join groups that no edge connects but that run at the same points (the per-parameter
     merges, snapshots and optimizer states of an RL program): same dims, equal demand, the
     same recurrence (or none for both: a recurrent group joined with one outside it can tie
@@ -96,7 +96,7 @@ def _join_siblings(pdg, analysis, live, parent, find, group_of, tag, creates_cyc
                     continue
                 if any(edges.get(n, set()) & group_of[a] for n in group_of[r]):
                     continue
-                if creates_cycle(a, r):
+                if creates_cycle(a, r) or not permit(a, r):
                     continue
                 lo, hi = min(a, r), max(a, r)
                 parent[hi] = lo
@@ -109,10 +109,20 @@ def _join_siblings(pdg, analysis, live, parent, find, group_of, tag, creates_cyc
             reps.append(r)
 
 
-def make_groups(pdg, analysis, enabled=True, siblings=True) -> tuple[list, dict]:
-    """Groups of live nodes and the map node -> group id."""
+def make_groups(pdg, analysis, enabled=True, siblings=True, restrict=None, joins=None,
+                check_cycles=True) -> tuple[list, dict]:
+    """Groups of live nodes and the map node -> group id.
+
+    Joins are made one at a time, in a fixed order. ``restrict``: ``(nodes, pairs)``, a join of a group
+    that holds one of ``nodes`` is made only if its pair is in ``pairs`` (the scalar sources'
+    statement is always made); ``joins``: a list that receives the pair of each join made (two
+    nodes, one from each side), in order (see :func:`refine`). ``check_cycles=False``
+    drops the check that a join closes no chain of reads at one point (tests of the fallback).
+    """
     live = [n for n in analysis.live if not analysis.demand[n].is_empty()]
     parent = {n: n for n in live}
+    made = [] if joins is None else joins
+    made.clear()
 
     def find(n):
         while parent[n] != n:
@@ -133,9 +143,25 @@ def make_groups(pdg, analysis, enabled=True, siblings=True) -> tuple[list, dict]
     group_of = {n: {n} for n in live}
     succ_by_dims = {}  # the group's dims -> node -> inputs not shifted along them
 
+    def permit(a, b, x=None, y=None):
+        """Record the join of groups a and b (nodes x, y: one of each) unless it is refused."""
+        x, y = (a, b) if x is None else (x, y)
+        if restrict is not None and (x, y) not in restrict[1] and (
+                not restrict[0].isdisjoint(group_of[a]) or not restrict[0].isdisjoint(group_of[b])):
+            return False
+        made.append((x, y))
+        return True
+
     def creates_cycle(a, b):
         """Would joining groups a and b close a chain of reads at one of their points through
-        another group? Reads shifted along one of the group's own dims cannot (conservative)."""
+        another group? Reads shifted along one of the group's own dims cannot (conservative).
+
+        The walk is over groups, not nodes: a group runs all its members at once, so a chain
+        that reaches one member of a group goes on from every member of it (the critic's
+        weights and the learner's slice of the rollout in one group at ``i`` tie every acting
+        step of that iteration before and after it, though no chain of nodes joins them)."""
+        if not check_cycles:
+            return False
         both = group_of[a] | group_of[b]
         dims = frozenset(d.name for d in pdg.rec(a).domain)
         nxt = succ_by_dims.setdefault(dims, {})
@@ -148,15 +174,16 @@ def make_groups(pdg, analysis, enabled=True, siblings=True) -> tuple[list, dict]
         for src, dst in ((group_of[a], group_of[b]), (group_of[b], group_of[a])):
             seen, stack = set(), [q for n in src for q in succ(n) if q not in both]
             while stack:
-                n = stack.pop()
-                if n in seen:
+                r = find(stack.pop())
+                if r in seen:
                     continue
-                seen.add(n)
-                for q in succ(n):
-                    if q in dst:
-                        return True
-                    if q not in both and q not in seen:
-                        stack.append(q)
+                seen.add(r)
+                for n in group_of[r]:
+                    for q in succ(n):
+                        if q in dst:
+                            return True
+                        if q not in both and find(q) not in seen:
+                            stack.append(q)
         return False
 
     if enabled:
@@ -182,7 +209,7 @@ def make_groups(pdg, analysis, enabled=True, siblings=True) -> tuple[list, dict]
                     ta, tb = tag.get(a), tag.get(b)
                     if ta is not None and tb is not None and ta != tb:
                         continue
-                    if creates_cycle(a, b):
+                    if creates_cycle(a, b) or not permit(a, b, c, p):
                         continue
                     lo, hi = min(a, b), max(a, b)
                     parent[hi] = lo
@@ -190,7 +217,7 @@ def make_groups(pdg, analysis, enabled=True, siblings=True) -> tuple[list, dict]
                     if tag.get(lo) is None and tag.get(hi) is not None:
                         tag[lo] = tag[hi]
         if siblings:
-            _join_siblings(pdg, analysis, live, parent, find, group_of, tag, creates_cycle)
+            _join_siblings(pdg, analysis, live, parent, find, group_of, tag, creates_cycle, permit)
     members = {}
     for n in live:
         members.setdefault(find(n), []).append(n)
@@ -206,7 +233,8 @@ def make_groups(pdg, analysis, enabled=True, siblings=True) -> tuple[list, dict]
             try:
                 order = list(nx.lexicographical_topological_sort(g))
             except nx.NetworkXUnfeasible:
-                return make_groups(pdg, analysis, enabled=siblings and enabled, siblings=False)
+                return make_groups(pdg, analysis, enabled=siblings and enabled, siblings=False,
+                                   restrict=restrict, joins=joins, check_cycles=check_cycles)
         else:
             order = ms
         groups.append(Group(gid, order, pdg.rec(gid).domain))
@@ -236,14 +264,17 @@ class Problem:
     domain: isl.UnionSet  # of the group statements
     deps: isl.UnionMap | None  # producer instance -> consumer instance
     ctx: isl.Set
-    # builds the problem with finer groups (no sibling joins), tried when this one has no schedule
-    fallback: object = None
+    # restrict -> the problem grouped with that make_groups argument; None without grouping
+    regroup: object = None
+    joins: list = dataclasses.field(default_factory=list)  # the joins made, in order (make_groups)
+    restrict: tuple | None = None  # make_groups' argument: set when refine() split some groups
     # set by compute_schedule: the outer dim was fixed to the iteration (see _split_outer)
     split: bool = False
 
 
-def build_problem(prog, pdg, analysis, grouping=True, siblings=True) -> Problem:
-    groups, of = make_groups(pdg, analysis, grouping, siblings)
+def build_problem(prog, pdg, analysis, grouping=True, siblings=True, restrict=None) -> Problem:
+    joins = []
+    groups, of = make_groups(pdg, analysis, grouping, siblings, restrict=restrict, joins=joins)
     byid = {g.gid: g for g in groups}
     dom = _union([_renamed(analysis.demand[g.gid], g.name) for g in groups], isl.UnionSet)
     deps = []
@@ -259,8 +290,9 @@ def build_problem(prog, pdg, analysis, grouping=True, siblings=True) -> Problem:
                 if not a.is_empty():
                     deps.append(a.reverse())
     deps += _state_deps(prog, pdg, analysis, of, byid)
-    fb = (lambda: build_problem(prog, pdg, analysis, grouping, siblings=False)) if grouping and siblings else None
-    return Problem(groups, of, dom, _union(deps, isl.UnionMap) if deps else None, analysis.model.ctx, fb)
+    regroup = (lambda r: build_problem(prog, pdg, analysis, grouping, siblings, r)) if grouping else None
+    return Problem(groups, of, dom, _union(deps, isl.UnionMap) if deps else None, analysis.model.ctx, regroup,
+                   joins, restrict)
 
 
 def _full(prog, node, pre):
@@ -432,8 +464,9 @@ def _cmp(flat, ia, ib, op):
     return isl.Set.universe(sp).add_constraint(c)
 
 
-def compute_schedule(prog, pdg, problem: Problem, variant="default") -> isl.Schedule:
-    """isl's schedule for the problem; a ``tl.CompileError`` naming the tensors if none exists."""
+def _schedule_once(prog, problem, variant, whole=True):
+    """The schedule of this grouping, split at the iteration if it can be, else (``whole``) by isl
+    on the whole problem; None if there is none."""
     ctx = isl.DEFAULT_CONTEXT
     saved = []
     for opt, val in _OPTIONS[variant]:
@@ -442,18 +475,142 @@ def compute_schedule(prog, pdg, problem: Problem, variant="default") -> isl.Sche
     try:
         sched = _split_outer(prog, problem, variant)
         problem.split = sched is not None
-        if sched is None:
+        if sched is None and whole:
             sched = _isl_schedule(problem.domain, problem.deps, variant)
     finally:
         for opt, val in saved:
             getattr(ctx, f"set_{opt}")(val)
     if sched is None or sched.get_domain().is_empty() and not problem.domain.is_empty():
-        if problem.fallback is not None:
-            # sibling joins tied together statements that need different orders: finer groups
-            finer = problem.fallback()
+        return None
+    return sched
+
+
+def _split_applies(prog, problem) -> bool:
+    """Can :func:`_split_outer` apply to some grouping of this program: does some statement run
+    at more than one point of the outermost dim, with no dependence going backwards in it?"""
+    outer = prog.dims[0].name if prog.dims else None
+    names = {g.name: [d.name for d in g.domain] for g in problem.groups}
+    found = []
+
+    def look(st):
+        dims = names.get(st.get_tuple_name(), [])
+        if outer in dims:
+            k = dims.index(outer)
+            if st.dim_max_val(k).to_python() > st.dim_min_val(k).to_python():
+                found.append(st)
+
+    problem.domain.foreach_set(look)
+    if not found or problem.deps is None:
+        return False
+    maps = []
+    problem.deps.foreach_map(maps.append)
+    for m in maps:
+        a, b = m.get_tuple_name(isl.dim_type.in_), m.get_tuple_name(isl.dim_type.out)
+        if outer in names[a] and outer in names[b]:
+            flat = m.wrap()
+            ia, ib = names[a].index(outer), m.dim(isl.dim_type.in_) + names[b].index(outer)
+            if not flat.intersect(_cmp(flat, ia, ib, ">")).is_empty():
+                return False
+    return True
+
+
+def _stuck(prog, problem, whole=False) -> set:
+    """Nodes of the groups on a cycle of dependences within one iteration of the outermost dim
+    (``whole``: on any cycle; all nodes when there is none): where a grouping without a schedule
+    ties instances."""
+    outer = prog.dims[0].name if prog.dims and not whole else None
+    names = {g.name: [d.name for d in g.domain] for g in problem.groups}
+    g = nx.DiGraph()
+    maps = []
+    if problem.deps is not None:
+        problem.deps.foreach_map(maps.append)
+    for m in maps:
+        a, b = m.get_tuple_name(isl.dim_type.in_), m.get_tuple_name(isl.dim_type.out)
+        if outer in names[a] and outer in names[b]:
+            flat = m.wrap()
+            ia, ib = names[a].index(outer), m.dim(isl.dim_type.in_) + names[b].index(outer)
+            if flat.intersect(_cmp(flat, ia, ib, "=")).is_empty():
+                continue
+        g.add_edge(a, b)
+    on = set()
+    for scc in nx.strongly_connected_components(g):
+        if len(scc) > 1 or any(g.has_edge(x, x) for x in scc):
+            on |= scc
+    nodes = {n for gr in problem.groups if gr.name in on for n in gr.members}
+    return nodes or set(problem.of)
+
+
+def refine(prog, problem, variant="default", budget=None):
+    """Finer groups for a grouping that has no schedule, split only where they must be.
+
+    The grouping is a sequence of joins, each coarsening the partition before it (a finer
+    partition keeps every schedule of a coarser one). The search redoes only the joins inside
+    the groups on a cycle within one iteration (:func:`_stuck`; the other joins are kept): it
+    takes them in order, and bisection finds the first one after which there is no schedule;
+    that one is refused, the ones before it kept, and the search goes on after it. The result
+    is the last grouping tried that has a schedule. Each refused join costs about log2(joins)
+    isl calls on problems a little larger than the grouped one. isl's cost grows faster than
+    its statement count: a problem of ``s`` statements is charged ``s**2 / nodes`` against
+    ``budget`` (default: 3 x the nodes, about three ungrouped schedules). With an iteration
+    dim that the split can apply to, a probe is only the split schedule (isl on the whole
+    problem can take minutes for one answer). Returns ``(problem, schedule)``, or None when
+    the budget ran out first.
+    """
+    if not problem.joins:
+        return None
+    budget = 3 * len(problem.of) if budget is None else budget
+    whole = not _split_applies(prog, problem)
+    spent, best = 0, None
+    nodes = _stuck(prog, problem, whole)
+
+    def probe(keys):
+        nonlocal spent, best
+        cand = problem.regroup((frozenset(nodes), frozenset(keys)))
+        spent += len(cand.groups) ** 2 / len(problem.of)
+        if spent > budget:
+            raise _OutOfBudget
+        sched = _schedule_once(prog, cand, variant, whole)
+        if sched is not None:
+            best = cand, sched
+        return sched is not None
+
+    rest, kept = [j for j in problem.joins if j[0] in nodes], []
+    try:
+        if len(nodes) < len(problem.of) and not probe(()):
+            nodes = set(problem.of)  # not there: redo every join
+            rest = list(problem.joins)
+        while rest:
+            if kept and probe(kept + rest):
+                break
+            lo, hi = 0, len(rest)  # kept + rest[:lo] schedules, kept + rest[:hi] does not
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if probe(kept + rest[:mid]) else (lo, mid)
+            kept += rest[:hi - 1]
+            rest = rest[hi:]
+    except _OutOfBudget:
+        return None
+    return best
+
+
+class _OutOfBudget(Exception):
+    pass
+
+
+def compute_schedule(prog, pdg, problem: Problem, variant="default") -> isl.Schedule:
+    """isl's schedule for the problem; a ``tl.CompileError`` naming the tensors if none exists.
+
+    When the grouping has none, :func:`refine` looks for finer groups that split only the
+    joins that tie instances needing different orders; ``problem`` then holds those groups.
+    """
+    sched = _schedule_once(prog, problem, variant)
+    if sched is None and problem.regroup is not None:
+        found = refine(prog, problem, variant)
+        if found is not None:
+            finer, sched = found
             for f in dataclasses.fields(Problem):
                 setattr(problem, f.name, getattr(finer, f.name))
-            return compute_schedule(prog, pdg, problem, variant)
+    if sched is None:
         raise CompileError(_unschedulable(pdg, problem))
     return sched
 
@@ -500,4 +657,4 @@ def time_map(schedule: isl.Schedule, problem: Problem) -> isl.UnionMap:
     return _union(maps, isl.UnionMap)
 
 
-__all__ = ["Group", "Problem", "build_problem", "compute_schedule", "make_groups", "time_map", "var"]
+__all__ = ["Group", "Problem", "build_problem", "compute_schedule", "make_groups", "refine", "time_map", "var"]
