@@ -131,9 +131,13 @@ class Program:
                 index and the point).
             memory_budget: bytes; the compiler picks schedules and storage to keep the peak of live
                 tensor bytes under it, or raises :class:`tl.CompileError` stating the least it can meet.
-            passes: a dict from pass name to ``False`` to switch an optimization off (ablation).
-            check: instrument the run (every read after its write and before its free); default
-                ``timerl.config.config.check`` (``TIMERL_CHECK``).
+            passes: a dict from pass name to ``False`` to switch an optimization off (ablation):
+                ``"simplify"`` (exact algebraic identities, constant folding), ``"cse"`` (duplicate
+                ops merged), ``"dce"`` (what no sink or update needs), ``"group"`` (one isl
+                statement per group of ops joined at one point). An unknown name is a CompileError.
+            check: instrument the run (every read after its write and before its free, no op
+                producing inf or NaN from finite inputs) and verify the graph after every pass;
+                default ``timerl.config.config.check`` (``TIMERL_CHECK``).
 
         Raises :class:`tl.CompileError` for a missing or unknown bound, a read outside a tensor's
         points, a point that no branch covers, a cycle, or a dependence the backend does not support.
