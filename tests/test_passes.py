@@ -303,3 +303,32 @@ def test_checking_mode_verifies_after_each_pass(monkeypatch):
         prog.compile(bounds, backend="numpy", check=True, passes={"cse": False})
     with pytest.raises(CompileError, match="unknown pass 'fold'"):
         prog.compile(bounds, backend="reference", passes={"fold": False})
+
+
+@pytest.mark.parametrize("bad,match", [
+    (["cse"], "pass a dict from pass name"),
+    ("dce", "pass a dict from pass name"),
+    ({"simplify": 0}, "switch of pass 'simplify' is 0; use True or False"),
+    ({"group": None}, "switch of pass 'group' is None"),
+])
+def test_pass_switches_must_be_a_dict_of_bools(bad, match):
+    prog = tl.Program("t")
+    (t,), (T,) = prog.dims, prog.bounds
+    with prog:
+        tl.sink(tl.tensor(np.ones(3, "float32"), (t,)) * 2.0, lambda v, p: None)
+    for backend in ("reference", "numpy"):
+        with pytest.raises(tl.CompileError, match=match):
+            prog.compile({"T": 3}, backend=backend, passes=bad)
+
+
+def test_planned_peak_keeps_the_runs_kernels():
+    prog = tl.Program("t")
+    (t,), (T,) = prog.dims, prog.bounds
+    with prog:
+        x = tl.tensor(np.ones((3, 4), "float32"), (t,))
+        tl.sink((x * 2.0 + 1.0) * x, lambda v, p: None)
+    exe = prog.compile({"T": 3}, backend="numba")
+    kernels = dict(exe.plan.kernels)
+    assert kernels
+    exe.planned_peak()
+    assert exe.plan.kernels == kernels

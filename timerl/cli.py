@@ -22,6 +22,8 @@ import os
 import sys
 import time
 
+import tqdm
+
 ALGOS = ("ppo", "reinforce")
 
 
@@ -149,8 +151,6 @@ class Progress:
         if not self.enabled:
             return
         if self.bar is None:  # opened with the first iteration, so its rate leaves out the compile
-            import tqdm
-
             self.bar = tqdm.tqdm(total=self.total, unit="it", desc="train", file=sys.stderr, dynamic_ncols=True,
                                  mininterval=0.2 if sys.stderr.isatty() else 5.0)
         ret = row["mean_return"]
@@ -232,10 +232,11 @@ class NonFiniteWatch:
                and isinstance(v, float) and not math.isfinite(v) and not (k == "mean_return" and row["episodes"] == 0)]
         if bad:
             self.first = {"iteration": row["iteration"], "env_steps": row["env_steps"], "fields": bad}
-            print(f"\ntimerl: warning: {', '.join(bad)} became non-finite ({', '.join(str(row[k]) for k in bad)}) at "
-                  f"iteration {row['iteration']} ({row['env_steps']:,} env steps); training goes on, but its numbers "
-                  "are no longer meaningful. Rerun with TIMERL_CHECK=1 to stop at the first op that produced inf or "
-                  "NaN (it names the tensor and the point).", file=sys.stderr, flush=True)
+            # tqdm.write keeps a live progress bar intact
+            tqdm.tqdm.write(f"timerl: warning: {', '.join(bad)} became non-finite ({', '.join(str(row[k]) for k in bad)}) "
+                            f"at iteration {row['iteration']} ({row['env_steps']:,} env steps); training goes on, but its "
+                            "numbers are no longer meaningful. Rerun with TIMERL_CHECK=1 to stop at the first op that "
+                            "produced inf or NaN (it names the tensor and the point).", file=sys.stderr)
 
 
 def return_note(final, episodes, steps, nonfinite):

@@ -179,9 +179,9 @@ class Plan:
         low = Lowering(prog, pdg, bounds, seed, self.problem.groups, self.tree, dict(self.donated), mode, backend,
                        self.inline, self.kinds)
         out = low.build(self.frees)
-        self.kernels = low.kernels
-        self.progress_units = low.progress_units()
-        if mode != "plan":
+        if mode != "plan":  # a planning lowering (planned_peak) generates no kernels: keep the run's
+            self.kernels = low.kernels
+            self.progress_units = low.progress_units()
             self.donated = low.donated  # the lowering may decline a donation it cannot do in place
             self.schedule.donated = low.donated
         return out

@@ -29,10 +29,18 @@ SCHEDULER_SWITCHES = ("group",)
 
 
 def check_switches(switches):
+    """``compile(passes=...)``: None or a dict from known pass names to bools."""
     known = {n for n, _ in PIPELINE} | set(SCHEDULER_SWITCHES)
-    for k in switches or {}:
+    if switches is None:
+        return
+    if not isinstance(switches, dict):
+        raise CompileError(f"compile(passes={switches!r}): pass a dict from pass name to True/False, "
+                           f"e.g. passes={{'cse': False}}; passes are {', '.join(sorted(known))}")
+    for k, v in switches.items():
         if k not in known:
             raise CompileError(f"unknown pass {k!r} in compile(passes=...); passes are {', '.join(sorted(known))}")
+        if not isinstance(v, bool):
+            raise CompileError(f"compile(passes=...): the switch of pass {k!r} is {v!r}; use True or False")
 
 
 def run_passes(prog, pdg, bounds, analysis, switches, times, check=False):
