@@ -62,6 +62,9 @@ def sink(x, fn, name=None):
     ``tl.sink([x, y], fn)`` calls ``fn([vx, vy], point)`` at the points they share. A sink keeps
     what it reads alive: what no sink or parameter update needs is dead code. An ``fn`` that is
     not callable or cannot take ``(value, point)`` is a ``TypeError`` when the sink is created.
+    An exception raised by ``fn`` during ``exe.run()`` reaches the caller as a ``tl.RuntimeFault``
+    naming the sink, its tensor and the point, chained to the original (``err.__cause__``);
+    ``KeyboardInterrupt`` passes through unchanged.
 
         out = {}
         tl.sink(g, lambda v, p: out.__setitem__((p["i"], p["t"]), float(v)))

@@ -21,6 +21,7 @@ import hashlib
 import importlib.util
 import os
 import sys
+import tempfile
 
 import numpy as np
 
@@ -158,8 +159,8 @@ def load(src: str):
     os.makedirs(d, exist_ok=True)
     path = os.path.join(d, f"k_{h}.py")
     if not os.path.exists(path):
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=f"k_{h}.", suffix=".tmp")  # unique per process and thread
+        with os.fdopen(fd, "w") as f:
             f.write(src)
         os.replace(tmp, path)
     if config.debug:

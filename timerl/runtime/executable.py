@@ -83,8 +83,9 @@ class Executable:
         if progress:
             total, dim = self.plan.progress_units
             # a schedule without loops is one step, ticked when it ends
-            bar = tqdm.tqdm(total=total or 1, desc=f"timerl ({dim} loop)" if dim else "timerl", unit="it",
-                            file=sys.stderr, dynamic_ncols=True)
+            # total None: a while loop somewhere, so tqdm counts without a total
+            bar = tqdm.tqdm(total=1 if total == 0 else total, desc=f"timerl ({dim} loop)" if dim else "timerl",
+                            unit="it", file=sys.stderr, dynamic_ncols=True)
         old = np.seterr(all="ignore")
         try:
             self._run(bar.update if bar is not None else None)
