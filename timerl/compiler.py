@@ -90,7 +90,7 @@ def build_executable(prog, pdg, bounds, analysis, times, backend="numba", seed=0
     planned = None
     if memory_budget is not None:
         t0 = time.perf_counter()
-        planned = plan.planned_peak(prog, pdg, bounds, seed)
+        planned = plan.planned_peak(prog, pdg, bounds, seed, backend)
         tried = [(planned, plan)]
         if planned > memory_budget:
             # the alternatives: storage kinds on each schedule (default, blocks without rings,
@@ -117,7 +117,7 @@ def build_executable(prog, pdg, bounds, analysis, times, backend="numba", seed=0
                         yield from storages(alt)
 
             for alt in candidates():
-                tried.append((alt.planned_peak(prog, pdg, bounds, seed), alt))
+                tried.append((alt.planned_peak(prog, pdg, bounds, seed, backend), alt))
                 if tried[-1][0] <= memory_budget:
                     break
             planned, plan = min(tried, key=lambda x: x[0])
@@ -186,7 +186,7 @@ class Plan:
             self.schedule.donated = low.donated
         return out
 
-    def planned_peak(self, prog, pdg, bounds, seed) -> int:
-        _, run, mem, reset, _ = self.lower(prog, pdg, bounds, seed, "plan")
+    def planned_peak(self, prog, pdg, bounds, seed, backend="numpy") -> int:
+        _, run, mem, reset, _ = self.lower(prog, pdg, bounds, seed, "plan", backend)
         run()
         return mem()[1]

@@ -62,7 +62,8 @@ class Executable:
     def planned_peak(self) -> int:
         """The schedule's peak of live tensor bytes, counted without running the ops."""
         if self.stats["planned_peak_bytes"] is None:
-            self.stats["planned_peak_bytes"] = self.plan.planned_peak(self.prog, self.pdg, self.bounds, self.seed)
+            self.stats["planned_peak_bytes"] = self.plan.planned_peak(self.prog, self.pdg, self.bounds, self.seed,
+                                                                         self.backend)
         return self.stats["planned_peak_bytes"]
 
     def run(self, progress=False):

@@ -24,6 +24,7 @@ from ..errors import RuntimeFault
 from ..ir import rng
 from ..ir.expr import compile_py, cond_to_py, to_py
 from ..ir.ops import Op, Slice
+from ..ir.polyhedral import fmt_point
 from ..ir.semantics import BINARY, UNARY, evaluate
 from ..kernels import cpu
 from ..schedule.tree import outer_loops, render, ticked, trip_count, walk
@@ -47,7 +48,7 @@ class Ctx:
         return int(f(*self.point))
 
     def where(self):
-        return ", ".join(f"{d.name} = {v}" for d, v in zip(self.node.domain, self.point)) or "its only point"
+        return fmt_point(self.node.domain, self.point)
 
 
 def gather(store, out, ent, spatial, dtype):
@@ -146,7 +147,8 @@ class Lowering:
         ins = self.pdg.inputs(n)
         k = self.key(node.domain)
         L = []
-        if n in self.donated and not (op in (Op.UNARY, Op.BINARY) and self._fast(n, node, ins)):
+        fast = self._fast(n, node, ins) if op in (Op.UNARY, Op.BINARY) else None
+        if n in self.donated and not fast:
             # only a direct ufunc call writes in place (and _fast declines casts): the plan
             # must count the same bytes as the run
             del self.donated[n]
@@ -162,12 +164,6 @@ class Lowering:
             L.append("else:")
             msg = f"placeholder {node.name!r}: no branch applies at point "
             L.append(f"    raise RuntimeFault({msg!r} + str({k}))")
-        elif op is Op.ACCESS and not ins:  # the producer has no demanded point: the slice is empty everywhere
-            ctx = self.sym(f"ctx{n}", Ctx(node, self.names(node.domain)))
-            shape = self.sym(f"sp{n}", node.shape)
-            L.append(f"{ctx}.point = {k}")
-            L.append(f"o = np.zeros(tuple(s if isinstance(s, int) else {ctx}.resolve(s) for s in {shape}), "
-                     f"{self.sym(f'dt{n}', np.dtype(node.dtype))})")
         elif op is Op.ACCESS:
             L.append(f"o = {args[0]}")
         elif op is Op.CONST:
@@ -188,8 +184,8 @@ class Lowering:
             pt = "{" + ", ".join(f"'{d.name}': d_{d.name}" for d in node.domain) + "}"
             L.append(f"call_sink({self.sym(f'node{n}', node)}, {v}, {pt})")
             return L
-        elif op in (Op.UNARY, Op.BINARY) and self._fast(n, node, ins):
-            fn, cast = self._fast(n, node, ins)
+        elif fast:
+            fn, cast = fast
             pos = self.donated.get(n)
             if pos is not None:
                 p, e = ins[pos]
@@ -242,6 +238,9 @@ class Lowering:
         returned = list(chain) if self.mode == "check" else outputs
         for n in chain:  # a kernel writes fresh outputs: no member writes into an operand's buffer
             self.donated.pop(n, None)
+        if self.mode == "plan":  # the bytes of the outputs the run stores; the other members never are
+            k = self.key(g.domain)
+            return [ln for o in outputs for ln in self.plan_lines(o, self.pdg.rec(o), self.pdg.inputs(o), k)]
         src, ext, flat = cpu.render(self.pdg, chain, returned)
         kern = cpu.load(src)
         kid = f"K{chain[0]}"
@@ -340,7 +339,7 @@ class Lowering:
         for g in self.groups:
             body = bodies[g.gid] = []
             fused = {}
-            if self.backend == "numba" and self.mode != "plan":
+            if self.backend == "numba":  # planning too: the plan counts what the run stores
                 for ch in cpu.chains(self.pdg, g.members):
                     for n in ch:
                         fused[n] = ch
@@ -435,7 +434,7 @@ class Lowering:
 
     # checking mode ----------------------------------------------------------------------
     def _where(self, n, k):
-        return ", ".join(f"{d.name} = {v}" for d, v in zip(self.pdg.rec(n).domain, k)) or "its only point"
+        return fmt_point(self.pdg.rec(n).domain, k)
 
     def _chk(self, store, freed, k, p, n):
         if k in store:
