@@ -19,6 +19,7 @@ import tqdm
 from ..errors import CompileError, RuntimeFault
 from ..ir import rng
 from ..ir.ops import Op, Slice, nbytes
+from ..ir.polyhedral import fmt_point
 from ..ir.semantics import evaluate
 from .checks import checks_finite, finite, nonfinite_fault
 from .index import compile_cond, compile_expr, compile_index, projector
@@ -34,7 +35,7 @@ class _Ctx:
         return self.resolve_fn(e, self.node, self.point)
 
     def where(self):
-        return ", ".join(f"{d.name} = {v}" for d, v in zip(self.node.domain, self.point)) or "its only point"
+        return fmt_point(self.node.domain, self.point)
 
 
 def enumerate_points(s) -> list[tuple]:
@@ -235,8 +236,8 @@ class ReferenceExecutable:
         return self
 
     def _nonfinite(self, n, node, pt, out, ins):
-        where = ", ".join(f"{d.name} = {v}" for d, v in zip(node.domain, pt)) or "its only point"
-        fault = nonfinite_fault(node, where, out, ins, [self.pdg.rec(p).name for p, _ in self.pdg.inputs(n)])
+        names = [self.pdg.rec(p).name for p, _ in self.pdg.inputs(n)]
+        fault = nonfinite_fault(node, fmt_point(node.domain, pt), out, ins, names)
         if fault is not None:
             raise fault
 
@@ -283,7 +284,7 @@ def call_sink(node, value, point):
     try:
         node.attrs["fn"](value, point)
     except Exception as e:  # noqa: BLE001 - the user's function failed; say where (KeyboardInterrupt passes)
-        where = ", ".join(f"{k} = {v}" for k, v in point.items()) or "its only point"
+        where = fmt_point(node.domain, point.values())
         of = ", ".join(repr(n) for n in node.attrs.get("of", ()))
         of = f"tensors {of}" if node.attrs.get("multi") else f"tensor {of}"
         raise RuntimeFault(f"sink {node.attrs.get('fn_name', 'fn')!r} ({node.name}) of {of} raised at "
@@ -294,47 +295,59 @@ def call_udf(node, ins, pt, batch=None):
     """Call a UDF and check what it returns against its declared outputs."""
     fn, batched = node.attrs["fn"], node.attrs["batched"]
     args = [_readonly(v[None] if batched and batch is None else v) for v in ins]
-    where = ", ".join(f"{d.name} = {v}" for d, v in zip(node.domain, pt)) if pt is not None else "its points"
-    where = where or "its only point"
-    udf = f"udf {node.attrs['fn_name']!r} ({node.name})"
+    n_out = node.attrs["n_out"]
     try:
         res = fn(*args)
     except Exception as e:  # noqa: BLE001 - the user's function failed; say where (KeyboardInterrupt passes)
-        raise RuntimeFault(f"{udf} raised at {where}: {type(e).__name__}: {e}") from e
-    n_out = node.attrs["n_out"]
-    declared = ", ".join(f"{tuple(s)} {d}" for s, d in zip(node.shapes[:n_out], node.dtypes[:n_out]))
+        raise RuntimeFault(f"{_udf(node)} raised at {_at(node, pt)}: {type(e).__name__}: {e}") from e
     if res is None and n_out:
-        raise RuntimeFault(f"{udf} returned None at {where}; declared {n_out} output(s): {declared} "
-                           "(return the arrays)")
+        raise RuntimeFault(f"{_udf(node)} returned None at {_at(node, pt)}; declared {n_out} output(s): "
+                           f"{_declared(node)} (return the arrays)")
     res = (res,) if n_out == 1 and not isinstance(res, (tuple, list)) else tuple(() if res is None else res)
     if len(res) != n_out:
-        raise RuntimeFault(f"{udf} returned {len(res)} values at {where}, declared {n_out}: {declared}")
+        raise RuntimeFault(f"{_udf(node)} returned {len(res)} values at {_at(node, pt)}, declared {n_out}: "
+                           f"{_declared(node)}")
     out = []
     for k, (r, shape, dt) in enumerate(zip(res, node.shapes, node.dtypes)):
         if r is None:
-            raise RuntimeFault(f"{udf} output {k} is None at {where}; declared {tuple(shape)} {dt}")
+            raise RuntimeFault(f"{_udf(node)} output {k} is None at {_at(node, pt)}; declared {tuple(shape)} {dt}")
         try:
             r = np.asarray(r)
         except (ValueError, TypeError) as e:
-            raise RuntimeFault(f"{udf} output {k} at {where} is not an array ({e}); declared {tuple(shape)} {dt}") \
-                from e
+            raise RuntimeFault(f"{_udf(node)} output {k} at {_at(node, pt)} is not an array ({e}); declared "
+                               f"{tuple(shape)} {dt}") from e
         if batched and batch is None:
             if r.ndim == 0:
-                raise RuntimeFault(f"{udf} (batched) output {k} at {where} is a scalar; a batched UDF returns "
-                                   f"arrays with a leading batch axis, declared (batch,) + {tuple(shape)}")
+                raise RuntimeFault(f"{_udf(node)} (batched) output {k} at {_at(node, pt)} is a scalar; a batched "
+                                   f"UDF returns arrays with a leading batch axis, declared (batch,) + {tuple(shape)}")
             r = r[0]
         want = tuple(shape) if batch is None else tuple(batch) + tuple(shape)
         if r.shape != want and all(isinstance(s, int) for s in shape):
-            raise RuntimeFault(f"{udf} output {k} has shape {r.shape} at {where}, declared {tuple(shape)}")
+            raise RuntimeFault(f"{_udf(node)} output {k} has shape {r.shape} at {_at(node, pt)}, "
+                               f"declared {tuple(shape)}")
         if r.dtype.kind not in "biuf":
-            raise RuntimeFault(f"{udf} output {k} has dtype {r.dtype} at {where}, declared {dt}; return bool, "
-                               "int or float arrays")
+            raise RuntimeFault(f"{_udf(node)} output {k} has dtype {r.dtype} at {_at(node, pt)}, declared {dt}; "
+                               "return bool, int or float arrays")
         try:
             out.append(np.array(r, dtype=dt))
         except (ValueError, TypeError) as e:
-            raise RuntimeFault(f"{udf} output {k} of dtype {r.dtype} at {where} does not convert to the declared "
-                               f"{dt}: {e}") from e
+            raise RuntimeFault(f"{_udf(node)} output {k} of dtype {r.dtype} at {_at(node, pt)} does not convert "
+                               f"to the declared {dt}: {e}") from e
     return tuple(out)
+
+
+# the parts of a UDF's error messages, formatted only when one is raised (call_udf runs once per point)
+def _udf(node) -> str:
+    return f"udf {node.attrs['fn_name']!r} ({node.name})"
+
+
+def _at(node, pt) -> str:
+    return fmt_point(node.domain, pt) if pt is not None else "its points"
+
+
+def _declared(node) -> str:
+    n = node.attrs["n_out"]
+    return ", ".join(f"{tuple(s)} {d}" for s, d in zip(node.shapes[:n], node.dtypes[:n]))
 
 
 __all__ = ["ReferenceExecutable", "Slice", "nbytes"]
