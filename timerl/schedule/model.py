@@ -502,16 +502,28 @@ def _split_applies(prog, problem) -> bool:
     problem.domain.foreach_set(look)
     if not found or problem.deps is None:
         return False
+    return not any(outer_ok and not _across(flat, ia, ib, ">").is_empty()
+                   for _, _, outer_ok, flat, ia, ib in _outer_deps(problem, outer))
+
+
+def _outer_deps(problem, outer):
+    """Per dependence map ``a -> b``: ``(a, b, both have the outer dim, the map wrapped into one
+    set, the positions of the outer dim of a and of b in it)``."""
+    names = {g.name: [d.name for d in g.domain] for g in problem.groups}
     maps = []
-    problem.deps.foreach_map(maps.append)
+    if problem.deps is not None:
+        problem.deps.foreach_map(maps.append)
     for m in maps:
         a, b = m.get_tuple_name(isl.dim_type.in_), m.get_tuple_name(isl.dim_type.out)
         if outer in names[a] and outer in names[b]:
-            flat = m.wrap()
-            ia, ib = names[a].index(outer), m.dim(isl.dim_type.in_) + names[b].index(outer)
-            if not flat.intersect(_cmp(flat, ia, ib, ">")).is_empty():
-                return False
-    return True
+            yield a, b, True, m.wrap(), names[a].index(outer), m.dim(isl.dim_type.in_) + names[b].index(outer)
+        else:
+            yield a, b, False, None, None, None
+
+
+def _across(flat, ia, ib, op):
+    """The part of a wrapped dependence whose outer dims compare by ``op``."""
+    return flat.intersect(_cmp(flat, ia, ib, op))
 
 
 def _stuck(prog, problem, whole=False) -> set:
@@ -519,18 +531,10 @@ def _stuck(prog, problem, whole=False) -> set:
     (``whole``: on any cycle; all nodes when there is none): where a grouping without a schedule
     ties instances."""
     outer = prog.dims[0].name if prog.dims and not whole else None
-    names = {g.name: [d.name for d in g.domain] for g in problem.groups}
     g = nx.DiGraph()
-    maps = []
-    if problem.deps is not None:
-        problem.deps.foreach_map(maps.append)
-    for m in maps:
-        a, b = m.get_tuple_name(isl.dim_type.in_), m.get_tuple_name(isl.dim_type.out)
-        if outer in names[a] and outer in names[b]:
-            flat = m.wrap()
-            ia, ib = names[a].index(outer), m.dim(isl.dim_type.in_) + names[b].index(outer)
-            if flat.intersect(_cmp(flat, ia, ib, "=")).is_empty():
-                continue
+    for a, b, outer_ok, flat, ia, ib in _outer_deps(problem, outer):
+        if outer_ok and _across(flat, ia, ib, "=").is_empty():
+            continue  # only between different iterations
         g.add_edge(a, b)
     on = set()
     for scc in nx.strongly_connected_components(g):
