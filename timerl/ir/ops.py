@@ -118,3 +118,11 @@ def nbytes(shape, dtype) -> int:
     for s in shape:
         n *= int(s)
     return n * np.dtype(dtype).itemsize
+
+
+def broadcast(shapes):
+    """NumPy broadcast of static shapes, or None when they do not broadcast."""
+    try:
+        return tuple(int(s) for s in np.broadcast_shapes(*[tuple(int(x) for x in s) for s in shapes]))
+    except ValueError:
+        return None

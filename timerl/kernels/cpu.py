@@ -26,7 +26,7 @@ import tempfile
 import numpy as np
 
 from ..config import config
-from ..ir.ops import Op
+from ..ir.ops import Op, broadcast
 from . import cache
 
 # exp, log and tanh stay with numpy: numba calls scalar libm for them (no SVML in pip's llvmlite),
@@ -50,10 +50,7 @@ def kernelable(pdg, n) -> bool:
 
 def broadcasts_to(shape, target) -> bool:
     """Whether an operand of ``shape`` broadcasts to ``target`` (NumPy's rules)."""
-    shape, target = tuple(shape), tuple(target)
-    if len(shape) > len(target) or not all(isinstance(s, int) for s in shape):
-        return False
-    return all(s in (1, t) for s, t in zip(shape, target[len(target) - len(shape):]))
+    return all(isinstance(s, int) for s in shape) and broadcast([shape, target]) == tuple(target)
 
 
 def chains(pdg, members) -> list[list]:

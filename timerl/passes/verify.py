@@ -31,7 +31,7 @@ import sympy
 
 from ..errors import CompileError
 from ..ir.expr import symbols_of
-from ..ir.ops import Edge, Node, Op, Slice, is_basis
+from ..ir.ops import Edge, Node, Op, Slice, broadcast, is_basis
 
 _ANY = None  # any number of operands
 
@@ -71,14 +71,6 @@ class VerifyError(CompileError):
 
 def _static(shape) -> bool:
     return all(isinstance(s, (int, np.integer)) for s in shape)
-
-
-def broadcast(shapes):
-    """NumPy broadcast of static shapes, or None when they do not broadcast."""
-    try:
-        return tuple(int(s) for s in np.broadcast_shapes(*[tuple(int(x) for x in s) for s in shapes]))
-    except ValueError:
-        return None
 
 
 def promote(dtypes) -> np.dtype:
