@@ -80,8 +80,8 @@ def test_broadcasting_chains_match_numpy(backend, layout, dtype):
     prog, bounds, expected, got = build(layout, dtype)
     exe = prog.compile(bounds, backend=backend, check=backend != "reference")
     exe.run()
-    if backend == "numba":
-        assert exe.stats["kernels"] >= len(PAIRS)  # the chains really run as fused kernels
+    if backend == "numba":  # the chains really run inside statement kernels, no op through numpy
+        assert exe.stats["kernels"] >= 1 and "evaluate(" not in exe.source and "uf" not in exe.source
     tol = 2e-6 if dtype == "float32" else 1e-12
     for key, exp in expected.items():
         for pt in (0, 1):

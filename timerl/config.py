@@ -4,6 +4,7 @@
     TIMERL_CHECK=1   instrument runs: every read after its write and before its free;
                      verify the PDG after every pass
     TIMERL_VERIFY=1  verify the PDG after every pass only (the test suite sets it)
+    TIMERL_COMPILE_WORKERS=N  processes compiling new numba kernels (0: one per core)
 
 Override temporarily with ``with timerl.config.override(check=True): ...``.
 """
@@ -37,6 +38,9 @@ class Config:
         )
     )
     """TIMERL_CACHE_DIR: where compiled kernels are cached (default ~/.cache/timerl)"""
+    compile_workers: int = dataclasses.field(
+        default_factory=lambda: int(os.environ.get("TIMERL_COMPILE_WORKERS", "0") or 0))
+    """TIMERL_COMPILE_WORKERS: processes compiling new numba kernels at compile (0: one per core; 1: none)"""
 
 
 config = Config()
@@ -49,7 +53,7 @@ def override(**kw):
         with timerl.config.override(check=True):
             exe = prog.compile(bounds={"T": 4})
 
-    An unknown setting is an ``AttributeError``. Settings: ``debug``, ``check``, ``verify``, ``cache_dir``.
+    An unknown setting is an ``AttributeError``. Settings: ``debug``, ``check``, ``verify``, ``cache_dir``, ``compile_workers``.
     """
     old = {k: getattr(config, k) for k in kw}
     for k, v in kw.items():

@@ -22,12 +22,17 @@ def _mix(z):
     return z ^ (z >> np.uint64(31))
 
 
+def base_key(seed: int, stream: int) -> np.uint64:
+    """The key of (seed, stream) before the point's coordinates are mixed in."""
+    with np.errstate(over="ignore"):
+        return _mix(_mix(np.uint64(seed & 0xFFFFFFFFFFFFFFFF) * _G + np.uint64(1)) ^ (np.uint64(stream + 1) * _G))
+
+
 def keys(seed: int, stream: int, points) -> np.ndarray:
     """One 64-bit key per point; ``points`` is an int array of shape (P, ndims)."""
     points = np.asarray(points, dtype=np.int64).reshape(len(points), -1)
     with np.errstate(over="ignore"):
-        k = np.full(len(points), _mix(np.uint64(seed & 0xFFFFFFFFFFFFFFFF) * _G + np.uint64(1)), dtype=np.uint64)
-        k = _mix(k ^ (np.uint64(stream + 1) * _G))
+        k = np.full(len(points), base_key(seed, stream), dtype=np.uint64)
         for c in range(points.shape[1]):
             k = _mix(k + (points[:, c].astype(np.uint64) + np.uint64(1)) * _G)
     return k

@@ -147,11 +147,9 @@ def operand_index(shape, target) -> str:
                      for a in range(len(target)))
 
 
-def load(src: str):
-    """Compile (or fetch from the on-disk cache) the kernel of this source."""
+def _write(src: str) -> tuple[str, str]:
+    """(hash, path) of the kernel file of this source, written to the cache if new."""
     h = hashlib.sha1(src.encode()).hexdigest()[:16]
-    if h in _loaded:
-        return _loaded[h]
     d = cache.kernel_dir()
     os.makedirs(d, exist_ok=True)
     path = os.path.join(d, f"k_{h}.py")
@@ -160,12 +158,63 @@ def load(src: str):
         with os.fdopen(fd, "w") as f:
             f.write(src)
         os.replace(tmp, path)
-    if config.debug:
-        print(f"# timerl kernel {path}\n{src}")
+    return h, path
+
+
+def _import(h: str, path: str):
     spec = importlib.util.spec_from_file_location(f"timerl_kernel_{h}", path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # numba's cache pickles refer to the module by name
     spec.loader.exec_module(mod)
+    return mod
+
+
+def _compile_file(job):
+    h, path = job
+    _import(h, path).kernel.compile(_import(h, path).SIG)  # writes numba's on-disk cache
+    return h
+
+
+def _compiled(h: str, path: str) -> bool:
+    """Whether numba's on-disk cache holds this kernel (its index file next to the source)."""
+    d = os.path.join(os.path.dirname(path), "__pycache__")
+    return os.path.isdir(d) and any(f.startswith(f"k_{h}.") and f.endswith(".nbi") for f in os.listdir(d))
+
+
+def prewarm(srcs) -> int:
+    """Compile the kernels of ``srcs`` not yet in the on-disk cache in worker processes, one per
+    core (numba compiles one kernel at a time per process, 0.1-5 s each); :func:`load` then
+    loads them. Returns how many were compiled. With one core or one new kernel: nothing (load
+    compiles)."""
+    jobs = {}
+    for src in srcs:
+        h, path = _write(src)
+        if h not in _loaded and h not in jobs and not _compiled(h, path):
+            jobs[h] = path
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    workers = min(cores, len(jobs), config.compile_workers or cores)
+    if workers < 2:
+        return 0
+    import multiprocessing
+
+    # fork: the workers inherit the imported numba (spawn would import it again, about a second)
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        pool.map(_compile_file, sorted(jobs.items(), key=lambda j: -os.path.getsize(j[1])), chunksize=1)
+    return len(jobs)
+
+
+def load(src: str):
+    """Compile (or fetch from the on-disk cache) the kernel of this source."""
+    h = hashlib.sha1(src.encode()).hexdigest()[:16]
+    if h in _loaded:
+        return _loaded[h]
+    h, path = _write(src)
+    if config.debug:
+        print(f"# timerl kernel {path}\n{src}")
+    mod = _import(h, path)
     # compile (or load from the cache) now, at compile time, not at the first call mid-run
     mod.kernel.compile(mod.SIG)
     # C-contiguous and strided arrays then share this one compiled signature (numba casts the

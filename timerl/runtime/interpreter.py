@@ -26,7 +26,7 @@ from ..ir.expr import compile_py, cond_to_py, to_py
 from ..ir.ops import Op, Slice
 from ..ir.polyhedral import fmt_point
 from ..ir.semantics import BINARY, UNARY, evaluate
-from ..kernels import cpu
+from ..kernels import cpu, statement
 from ..schedule.tree import outer_loops, render, ticked, trip_count, walk
 from .checks import checks_finite, finite, nonfinite_fault
 from .reference import _readonly, call_sink, call_udf
@@ -61,6 +61,16 @@ def gather(store, out, ent, spatial, dtype):
     return np.zeros(lens + tuple(s if isinstance(s, int) else 0 for s in spatial), dtype)
 
 
+def _argc(x, dt):
+    """An operand as a statement kernel takes it: a C-contiguous array of its dtype (no copy when it is one)."""
+    return np.ascontiguousarray(x, dt)
+
+
+def _arg0d(x, dt):
+    """A 0-d operand as a statement kernel takes it: an array of shape (1,)."""
+    return np.ascontiguousarray(x, dt).reshape(1)
+
+
 def gather_keys(ent):
     return list(itertools.product(*[r if isinstance(r, range) else (r,) for r in ent]))
 
@@ -88,8 +98,9 @@ class Lowering:
         self.groups, self.tree, self.donated, self.mode = groups, tree, donated, mode
         self.ns = {"np": np, "gather": gather, "gather_keys": gather_keys, "RuntimeFault": RuntimeFault,
                    "call_udf": call_udf, "call_sink": call_sink, "ro": _readonly, "evaluate": evaluate, "rng": rng,
-                   "min": min, "max": max}
+                   "min": min, "max": max, "A1": _arg0d, "AC": _argc, "seg_fault": self._seg_fault}
         self.stored = set()
+        self._rendered = {}
 
     # names ---------------------------------------------------------------------------
     def names(self, domain):
@@ -277,6 +288,79 @@ class Lowering:
             self.stored.add(o)
         return L
 
+    def _render(self, seg, returned):
+        key = (tuple(seg), tuple(returned))
+        if key not in self._rendered:
+            self._rendered[key] = statement.render(self.pdg, seg, returned)
+        return self._rendered[key]
+
+    def segments(self, g):
+        """``statement.order`` of group ``g``'s members on this backend."""
+        dims = [d.name for d in g.domain]
+        return statement.order(self.pdg, g.members, lambda n: statement.renderable(self.pdg, n, dims))
+
+    def prewarm(self):
+        """Render every statement kernel first and compile the new ones in parallel (cpu.prewarm)."""
+        srcs = []
+        for g in self.groups:
+            for kind, seg in self.segments(g):
+                if kind == "seg":
+                    inseg = set(seg)
+                    outputs = [n for n in seg if any(c not in inseg for c, _ in self.pdg.consumers(n))]
+                    srcs.append(self._render(seg, list(seg) if self.mode == "check" else outputs)[0])
+        cpu.prewarm(srcs)
+
+    def segment_lines(self, seg, g) -> list[str]:
+        """One statement-kernel call computing the segment ``seg``; stores the members read outside it.
+
+        In checking mode the kernel returns every member, so an inf/NaN made inside and turned
+        finite again later (``1 / exp(x)``) is still seen; a kernel's IndexError (a take out of
+        range) is replayed with numpy's rules to name the tensor and the point."""
+        inseg = set(seg)
+        outputs = [n for n in seg if any(c not in inseg for c, _ in self.pdg.consumers(n))]
+        returned = list(seg) if self.mode == "check" else outputs
+        for n in seg:  # a kernel writes fresh outputs: no member writes into an operand's buffer
+            self.donated.pop(n, None)
+        if self.mode == "plan":  # the bytes of the outputs the run stores; the other members never are
+            k = self.key(g.domain)
+            return [ln for o in outputs for ln in self.plan_lines(o, self.pdg.rec(o), self.pdg.inputs(o), k)]
+        src, ext, consts, dims, keys = self._render(seg, returned)
+        kern = cpu.load(src)
+        kid = f"K{seg[0]}"
+        self.kernels[kid] = src
+        self.ns[kid] = kern
+        readers = {}
+        for n in seg:
+            for p, e in self.pdg.inputs(n):
+                readers.setdefault((p, e.out), n)
+        args = []
+        for p, e, shape, dt in ext:
+            a = self.read(readers[(p, e.out)], p, e)
+            d = self.sym(f"dt{p}_{e.out}", dt)
+            if self.mode == "check":  # the kernel indexes each operand by its declared shape: hold it to that
+                a = f"chk_shape({a}, {self.sym(f'shp{p}_{e.out}', tuple(shape))}, {p}, {readers[(p, e.out)]})"
+            args.append(f"A1({a}, {d})" if not len(shape) else f"AC({a}, {d})")
+        for j, c in enumerate(consts):
+            args.append(self.sym(f"kc{seg[0]}_{j}", c))
+        args += [f"d_{d}" for d in dims]
+        for r in keys:  # the random op's key before the point: of the seed and its stream
+            args.append(self.sym(f"key{r}", rng.base_key(self.seed, self.pdg.rec(r).attrs["stream"])))
+        k = self.key(g.domain)
+        info = self.sym(f"seg{seg[0]}", (seg, ext))
+        L = ["try:", f"    r = {kid}({', '.join(args)})",
+             "except (IndexError, ValueError, ZeroDivisionError) as err:",
+             f"    seg_fault({info}, [{', '.join(args)}], {k}, err)"]
+        if self.mode == "check":
+            L += ["if not finite(r):", f"    chain_fault({info}, r, [{', '.join(args)}], {k})"]
+        for o in outputs:
+            shape = tuple(self.pdg.rec(o).shape)
+            L.append(f"o = r[{returned.index(o)}]" + ("" if len(shape) else ".reshape(())"))
+            L += [f"live += s{o}.put({k}, o)"] if o in self.kinds else [f"s{o}[{k}] = o", "live += o.nbytes"]
+            if self.mode == "check":
+                L.append(f"fr{o}.discard({k})")
+            self.stored.add(o)
+        return L
+
     def _fast(self, n, node, ins):
         """(function name, cast dtype or None) for a direct ufunc call, or None."""
         table = UNARY if node.op is Op.UNARY else BINARY
@@ -336,18 +420,16 @@ class Lowering:
     # whole program -----------------------------------------------------------------------
     def source(self) -> str:
         fns, bodies = [], {}
+        if self.backend == "numba" and self.mode != "plan":
+            self.prewarm()
         for g in self.groups:
             body = bodies[g.gid] = []
-            fused = {}
             if self.backend == "numba":  # planning too: the plan counts what the run stores
-                for ch in cpu.chains(self.pdg, g.members):
-                    for n in ch:
-                        fused[n] = ch
-            for n in g.members:
-                if n not in fused:
+                for kind, x in self.segments(g):
+                    body += self.node_lines(x) if kind == "glue" else self.segment_lines(x, g)
+            else:
+                for n in g.members:
                     body += self.node_lines(n)
-                elif fused[n][0] == n:
-                    body += self.kernel_lines(fused[n], g)
             body.append("if live > peak:")
             body.append("    peak = live")
         for g in self.groups:  # frees at the tail of their last reader (every store is known now)
@@ -464,27 +546,42 @@ class Lowering:
         if fault is not None:
             raise fault
 
-    def _chain_fault(self, chain_ext, r, args, k):
-        """A fused chain produced inf/NaN: find its first op that did so from finite inputs (numpy rules)."""
-        chain, ext = chain_ext
-        pos = {(p, e.out): j + 1 for j, (p, e, _) in enumerate(ext)}  # args[0] is the chain's shape
+    def _replay(self, seg_ext, args, k, check_finite):
+        """Evaluate a kernel's segment with numpy's rules from the arguments it was called with:
+        the op that raises (a take out of range) raises its RuntimeFault here; with
+        ``check_finite``, the first op that makes inf/NaN from finite inputs is reported.
+        Returns whether some op's input already held inf/NaN."""
+        seg, ext = seg_ext
+        pos = {(p, e.out): j for j, (p, e, _, _) in enumerate(ext)}
         vals, propagated = {}, False
-        for m in chain:
+        for m in seg:
             node = self.pdg.rec(m)
-            ins = [vals[p] if p in vals else np.asarray(args[pos[(p, e.out)]], self.pdg.rec(p).dtypes[e.out])
-                   for p, e in self.pdg.inputs(m)]
+            ins = [vals[p] if p in vals else np.asarray(args[pos[(p, e.out)]], self.pdg.rec(p).dtypes[e.out]).reshape(
+                self.pdg.rec(p).shapes[e.out]) for p, e in self.pdg.inputs(m)]
             ctx = Ctx(node, self.names(node.domain))
             ctx.point = k
             with np.errstate(all="ignore"):
                 vals[m] = np.asarray(evaluate(node, ins, 0, ctx)[0])
-            if not finite(vals[m]):
+            if check_finite and not finite(vals[m]):
                 self._nonfinite(m, k, vals[m], ins)
                 propagated = True  # an input already held inf/NaN: numpy's rules give it too
-        if propagated:
+        return propagated
+
+    def _chain_fault(self, seg_ext, r, args, k):
+        """A statement kernel produced inf/NaN: find its first op that did so from finite inputs (numpy rules)."""
+        if self._replay(seg_ext, args, k, True):
             return
-        raise RuntimeFault(f"non-finite check: the numba kernel of {[self.pdg.rec(m).name for m in chain]} produced "
-                           f"inf/NaN at point ({self._where(chain[0], k)}) where numpy's rules give finite values "
+        seg = seg_ext[0]
+        raise RuntimeFault(f"non-finite check: the numba kernel of {[self.pdg.rec(m).name for m in seg]} produced "
+                           f"inf/NaN at point ({self._where(seg[0], k)}) where numpy's rules give finite values "
                            "(a backend defect: please report it with this program)")
+
+    def _seg_fault(self, seg_ext, args, k, err):
+        """A statement kernel raised: replay it with numpy's rules, whose op names the tensor and the point."""
+        self._replay(seg_ext, args, k, False)
+        seg = seg_ext[0]
+        raise RuntimeFault(f"the numba kernel of {[self.pdg.rec(m).name for m in seg]} failed at point "
+                           f"({self._where(seg[0], k)}): {err}") from err
 
     def _bad_free(self, n, k):
         raise RuntimeFault(f"schedule check: tensor {self.pdg.rec(n).name!r} is freed at point ({self._where(n, k)}) "

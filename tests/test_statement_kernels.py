@@ -1,0 +1,124 @@
+"""Statement kernels (timerl.kernels.statement): every op kind a kernel computes, against numpy
+and the reference executor; random draws value for value; errors from inside a kernel named."""
+
+import numpy as np
+import pytest
+
+import timerl as tl
+from timerl.kernels import statement
+
+
+def _run(build, bounds, backend, check=False):
+    got = {}
+    prog = tl.Program("i")
+    (i,) = prog.dims
+    with prog:
+        outs = build(i)
+        tl.sink(list(outs), lambda v, p: got.__setitem__(p.get("i", 0), [np.array(a) for a in v]))
+    exe = prog.compile(bounds=bounds, backend=backend, check=check)
+    exe.run()
+    return got, exe
+
+
+def _ops(i, dtype):
+    rng = np.random.default_rng(1)
+    a = tl.tensor(rng.normal(size=(2, 5, 3)).astype(dtype), domain=(i,), name="a")        # (5, 3)
+    w_small = tl.tensor(rng.normal(size=(3, 4)).astype(dtype), name="w_small")
+    big_a = tl.tensor(rng.normal(size=(2, 80, 48)).astype(dtype), domain=(i,), name="big_a")
+    w_big = tl.tensor(rng.normal(size=(48, 40)).astype(dtype), name="w_big")            # 80*48*40 MACs: BLAS
+    v = tl.tensor(rng.normal(size=(3,)).astype(dtype), name="v")
+    idx = tl.tensor(np.array([[4, -1, 0], [2, 2, -5]], dtype=np.int64), domain=(i,), name="idx")
+    rows = tl.tensor(np.array([[0, 2, 1, 2, 0], [1, 1, 0, 2, 2]], dtype=np.int64), domain=(i,), name="rows")
+    h = tl.tanh(a @ w_small)                                                            # (5, 4) inline loops
+    outs = [
+        h, a @ v, v @ w_small, big_a @ w_big,
+        a.sum(axis=0), a.mean(axis=1, keepdims=True), a.max(axis=(0, 1)), a.min(axis=0), a.std(axis=1),
+        a.logsumexp(axis=1), a.argmax(axis=0), a.sum(),
+        a.take(idx, axis=0), a.take_along_axis(rows.reshape(5, 1), axis=1),
+        tl.one_hot(rows, 3), a.transpose(1, 0), v.expand(4, 3), a.spatial[1:4, ::2], tl.concat([a, h.spatial[:, :3]], axis=0),
+        tl.exp(a) / (1.0 + tl.exp(-a)), tl.where(a > 0.5, a, a * 0.1), tl.sigmoid(a),
+    ]
+    return outs
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_every_kernel_op_matches_the_reference(dtype):
+    want, _ = _run(lambda i: _ops(i, dtype), {"I": 2}, "reference")
+    got, exe = _run(lambda i: _ops(i, dtype), {"I": 2}, "numba")
+    assert exe.stats["kernels"] >= 1
+    tol = 1e-5 if dtype == "float32" else 1e-12
+    for k in range(2):
+        for j, (g, w) in enumerate(zip(got[k], want[k])):
+            assert g.dtype == w.dtype and g.shape == w.shape, (j, g.dtype, w.dtype, g.shape, w.shape)
+            np.testing.assert_allclose(g, w, rtol=tol, atol=tol, err_msg=f"output {j} at i={k}")
+
+
+def test_the_ops_run_inside_kernels_not_the_interpreter():
+    """Structure: the program's computing ops are all renderable, so the numba lowering calls kernels."""
+    prog = tl.Program("i")
+    (i,) = prog.dims
+    with prog:
+        outs = _ops(i, "float32")
+        tl.sink(outs, lambda v, p: None)
+    exe = prog.compile(bounds={"I": 2}, backend="numba")
+    pdg = exe.pdg
+    computing = [n for n in pdg.nodes if pdg.rec(n).op.value in (
+        "unary", "binary", "matmul", "reduce", "take", "one_hot", "permute", "expand", "slice", "concat", "where")]
+    dims = ["i"]
+    assert computing and all(statement.renderable(pdg, n, dims) for n in computing)
+    assert "evaluate(" not in exe.source  # no op runs through the generic numpy rule
+
+
+def test_random_draws_equal_the_reference_value_for_value():
+    def build(i):
+        logits = tl.tensor(np.linspace(-2, 2, 3 * 6 * 5).reshape(3, 6, 5).astype("float32"), domain=(i,))
+        return [tl.random.categorical(logits), tl.random.permutation(9, domain=(i,)),
+                tl.random.uniform((3, 2), domain=(i,), low=-1.0, high=2.0),
+                tl.random.normal((4,), domain=(i,), mean=1.0, std=0.5, dtype="float64")]
+
+    want, _ = _run(build, {"I": 3}, "reference")
+    got, exe = _run(build, {"I": 3}, "numba")
+    assert "rng.draw" not in exe.source and "draw" not in exe.source.split("def run")[0].split("K")[0]
+    for k in range(3):
+        np.testing.assert_array_equal(got[k][0], want[k][0])
+        np.testing.assert_array_equal(got[k][1], want[k][1])
+        np.testing.assert_allclose(got[k][2], want[k][2], rtol=1e-6)
+        np.testing.assert_allclose(got[k][3], want[k][3], rtol=1e-13)
+
+
+def test_take_out_of_range_inside_a_kernel_names_the_tensor_and_point():
+    def build(i):
+        x = tl.tensor(np.ones((2, 4), "float32"), domain=(i,), name="x")
+        j = tl.tensor(np.array([[1, 2], [0, 7]], dtype=np.int64), domain=(i,), name="j")
+        return [tl.tanh(x.take(j, axis=0) * 2.0)]
+
+    with pytest.raises(tl.RuntimeFault, match=r"take.*'.*'.*i = 1|i = 1.*take") as e:
+        _run(build, {"I": 2}, "numba")
+    assert "7" in str(e.value)
+
+
+def test_nan_propagates_through_kernel_reductions_like_numpy():
+    x = np.array([[1.0, np.nan, 3.0], [4.0, 5.0, -np.inf]], "float32")
+
+    def build(i):
+        t = tl.tensor(x, name="x")
+        return [t.max(axis=1), t.min(axis=1), t.argmax(axis=1), t.logsumexp(axis=1), t.max(axis=0)]
+
+    got, _ = _run(build, {"I": 1}, "numba")
+    want, _ = _run(build, {"I": 1}, "reference")
+    for g, w in zip(got[0], want[0]):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_kernels_compile_once_at_compile_time():
+    """Every kernel holds exactly one compiled signature after a run: nothing compiled mid-run."""
+    got, exe = _run(lambda i: _ops(i, "float32"), {"I": 2}, "numba")
+    from timerl.kernels import cpu
+
+    assert exe.plan.kernels
+    for kid in exe.plan.kernels:
+        src = exe.plan.kernels[kid]
+        import hashlib
+
+        kern = cpu._loaded[hashlib.sha1(src.encode()).hexdigest()[:16]]
+        assert len(kern.signatures) == 1

@@ -1,0 +1,656 @@
+"""Statement kernels: the ops of one group statement compiled into one ``numba.njit`` function.
+
+A group statement runs its members at one point. The members this module can render
+(static shapes; elementwise ops, matmul, reductions, take, one-hot and movement ops;
+see :func:`renderable`) are cut into *segments*: maximal sets, in an order that keeps
+every dependence, not separated by a member run by the interpreter (a UDF, a sink, a
+placeholder, a read of another statement's store). Each segment becomes one function::
+
+    kernel(x0, x1, ..., c0, c1, ...) -> (out0, out1, ...)
+
+whose parameters are the segment's operands from outside it (C-contiguous arrays of their
+static shape; a 0-d value as an array of shape ``(1,)``) and compile-time constants (gather
+indices of movement ops), and whose results are the members read outside the segment
+(fresh arrays). Members read only inside the segment never leave it: runs of elementwise
+ops of one shape are one loop nest over scalars (NumPy broadcasting: each operand indexed
+by its own shape), small matmuls are loops with the output column innermost (contiguous
+weight rows, vectorized), large ones call BLAS through ``np.dot``, reductions accumulate
+in float64.
+
+Transcendentals: numba lowers ``math.tanh`` on float32 to scalar libm (about 20 ns per
+element here, against 0.44 ns for numpy's SIMD loop; pip's llvmlite has no SVML), so float32
+``tanh`` (and ``sigmoid``) use the rational approximation of Eigen/XLA in plain arithmetic,
+which vectorizes (0.29 ns per element, max abs error 3e-7 against numpy on [-10, 10]).
+float64 keeps libm.
+
+The source names values by their position, so equal statements share one compiled
+kernel; :func:`timerl.kernels.cpu.load` caches it on disk keyed by the source.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.ops import Op, broadcast
+
+FLOATS = (np.dtype("float32"), np.dtype("float64"))
+#: at least this many multiply-adds, a matmul calls BLAS (np.dot); fewer, inline loops
+#: (measured: 64x64x64 inline 21 us vs BLAS 26 us; 256x64x64 inline 120 us vs BLAS 40 us)
+BLAS_MACS = 1 << 17
+
+# scalar templates over {0}, {1}: numpy's result for every input, NaN and inf included
+_TANH32 = "tanh32({0})"
+ARITH = {
+    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
+    "pow": "({0} ** {1})",
+    "minimum": "({0} if ({0} <= {1} or {0} != {0}) else {1})",
+    "maximum": "({0} if ({0} >= {1} or {0} != {0}) else {1})",
+    "neg": "(-{0})", "abs": "abs({0})", "sqrt": "math.sqrt({0})", "exp": "math.exp({0})", "log": "math.log({0})",
+    "relu": "({0} if ({0} > 0 or {0} != {0}) else Z)", "detach": "{0}", "sign": "np.sign({0})",
+}
+COMPARE = {"lt": "({0} < {1})", "le": "({0} <= {1})", "gt": "({0} > {1})", "ge": "({0} >= {1})",
+           "eq": "({0} == {1})", "ne": "({0} != {1})"}
+LOGICAL = {"logical_and": "({0} and {1})", "logical_or": "({0} or {1})", "logical_not": "(not {0})"}
+
+PRELUDE = """import math
+import numpy as np
+import numba
+from timerl.kernels.scalar import (D, G, LANE, ONE, dot, gather, matmul_small, mix, permutation,  # noqa: F401
+                                   reduce3, scatter, take3, take_along3, tanh32, unit)
+
+Z = 0.0
+"""
+
+
+REDUCE3 = {"sum": 0, "mean": 1, "max": 2, "min": 3, "std": 4, "logsumexp": 5}  # scalar.reduce3's codes
+#: a segment longer than this many members is cut into kernels of at most this many: numba's
+#: front end costs grow faster than linearly with a function's size (20 loop nests: 1.2 s,
+#: 40: 3.2 s, 160: 23 s to compile)
+MAX_MEMBERS = 64
+
+
+def st(shape) -> tuple:
+    """The storage shape inside a kernel: a 0-d value is an array of shape (1,)."""
+    return tuple(int(s) for s in shape) if len(shape) else (1,)
+
+
+def _static(shape) -> bool:
+    return all(isinstance(s, int) for s in shape)
+
+
+def _ins(pdg, n):
+    return [(p, e, pdg.rec(p).shapes[e.out], np.dtype(pdg.rec(p).dtypes[e.out])) for p, e in pdg.inputs(n)]
+
+
+def scalar_template(node, in_dtypes):
+    """The scalar expression of an elementwise node over its operands, or None."""
+    op, fn, dt = node.op, node.attrs.get("fn"), np.dtype(node.dtype)
+    if op is Op.UNARY or op is Op.BINARY:
+        if fn in ARITH and dt in FLOATS and all(d in FLOATS for d in in_dtypes):
+            if fn in ("tanh",):
+                return None
+            return ARITH[fn]
+        if fn == "tanh" and dt in FLOATS and all(d == dt for d in in_dtypes):
+            return _TANH32 if dt == np.float32 else "math.tanh({0})"
+        if fn == "sigmoid" and dt in FLOATS and all(d == dt for d in in_dtypes):
+            t = _TANH32.format("(np.float32(0.5) * {0})") if dt == np.float32 else "math.tanh(0.5 * {0})"
+            return f"(0.5 * ({t} + 1.0))"
+        if fn in COMPARE and dt == np.bool_ and all(d.kind in "fiub" for d in in_dtypes):
+            return COMPARE[fn]
+        if fn in LOGICAL and dt == np.bool_ and all(d == np.bool_ for d in in_dtypes):
+            return LOGICAL[fn]
+        if fn in ("add", "sub", "mul", "minimum", "maximum", "neg", "abs") and dt == np.int64 and all(
+                d == np.int64 for d in in_dtypes):
+            return ARITH[fn]
+        return None
+    if op is Op.WHERE:
+        return "({1} if {0} else {2})" if in_dtypes[0] == np.bool_ else None
+    if op is Op.CAST:
+        if dt == np.bool_:
+            return "({0} != 0)"
+        if dt.kind == "f" or (dt.kind in "iu" and in_dtypes[0].kind in "iub"):
+            return "{0}"
+        return None
+    return None
+
+
+def renderable(pdg, n, dims=None) -> bool:
+    """Whether member ``n`` can be computed inside a statement kernel (of a statement over ``dims``)."""
+    node = pdg.rec(n)
+    if len(node.shapes) != 1 or not _static(node.shape):
+        return False
+    ins = _ins(pdg, n)
+    if not all(_static(s) for _, _, s, _ in ins):
+        return False
+    dt = np.dtype(node.dtype)
+    if dt not in FLOATS and dt not in (np.dtype(np.int64), np.dtype(np.bool_)):
+        return False
+    op = node.op
+    if op in (Op.UNARY, Op.BINARY, Op.WHERE, Op.CAST):
+        shapes = [tuple(s) for _, _, s, _ in ins]
+        if broadcast(shapes + [tuple(node.shape)]) != tuple(node.shape):
+            return False
+        return scalar_template(node, [d for *_, d in ins]) is not None
+    if op is Op.MATMUL:
+        (_, _, sa, da), (_, _, sb, db) = ins
+        return (dt in FLOATS and da == dt and db == dt and 1 <= len(sa) <= 2 and 1 <= len(sb) <= 2
+                and all(int(s) > 0 for s in tuple(sa) + tuple(sb)))
+    if op is Op.REDUCE:
+        fn = node.attrs["fn"]
+        _, _, sx, dx = ins[0]
+        if not len(sx) or dx not in FLOATS or fn not in ("sum", "mean", "max", "min", "std", "logsumexp", "argmax"):
+            return False
+        axes = node.attrs["axis"]
+        if any(int(sx[a]) == 0 for a in axes) or not axes:
+            return False
+        if fn == "argmax":
+            return node.attrs.get("flat") is False and len(axes) == 1 and dt == np.int64
+        return dt == dx
+    if op is Op.TAKE:
+        (_, _, sx, dx), (_, _, si, di) = ins
+        if di != np.int64 or dx != dt or not len(sx):
+            return False
+        if node.attrs["along"]:
+            return len(si) == len(sx) and all(
+                a == node.attrs["axis"] or int(si[a]) in (1, int(node.shape[a])) and int(sx[a]) in (1, int(node.shape[a]))
+                for a in range(len(sx)))
+        return True
+    if op is Op.ONE_HOT:
+        return ins[0][3] == np.int64
+    if op is Op.RANDOM:
+        if dims is None or not {d.name for d in node.domain} <= set(dims):
+            return False
+        dist = node.attrs["dist"]
+        if dist == "categorical":
+            return dt == np.int64 and ins[0][3] in FLOATS
+        if dist == "permutation":
+            return dt == np.int64 and len(node.shape) == 1
+        return dist in ("uniform", "normal") and dt in FLOATS
+    if op is Op.RESHAPE:
+        return ins[0][3] == dt
+    if op in (Op.PERMUTE, Op.EXPAND, Op.SLICE, Op.CONCAT):
+        if any(d != dt for *_, d in ins):
+            return False
+        try:
+            gathers(pdg, n)
+        except Exception:  # noqa: BLE001 - an index numpy rejects: the interpreter reports it at run time
+            return False
+        return True
+    return False
+
+
+def gathers(pdg, n) -> list:
+    """Compile-time index arrays of a movement op: per input, where its elements go (CONCAT) or,
+    for the single input, which input element each output element reads."""
+    node = pdg.rec(n)
+    ins = _ins(pdg, n)
+    out = tuple(int(s) for s in node.shape)
+    size = int(np.prod(out, dtype=np.int64))
+    if node.op is Op.CONCAT:
+        dst = np.arange(size, dtype=np.int64).reshape(out)
+        ax, at, res = node.attrs["axis"], 0, []
+        for _, _, s, _ in ins:
+            s = tuple(int(x) for x in s)
+            if len(s) != len(out) or any(s[a] != out[a] for a in range(len(out)) if a != ax):
+                raise ValueError("concat operands broadcast")
+            key = (slice(None),) * ax + (slice(at, at + s[ax]),)
+            res.append(np.ascontiguousarray(dst[key]).ravel())
+            at += s[ax]
+        return res
+    sx = tuple(int(x) for x in ins[0][2])
+    src = np.arange(int(np.prod(sx, dtype=np.int64)), dtype=np.int64).reshape(sx)
+    if node.op is Op.PERMUTE:
+        g = np.transpose(src, node.attrs["axes"])
+    elif node.op is Op.EXPAND:
+        g = np.broadcast_to(src.reshape((1,) * (len(out) - len(sx)) + sx), out)
+    else:
+        g = src[tuple(node.attrs["key"])]
+    if tuple(g.shape) != out:
+        raise ValueError("movement shape")
+    return [np.ascontiguousarray(g).ravel()]
+
+
+def operand_index(shape, target, names) -> str:
+    """Index of an operand of ``shape`` at the loop point ``names`` over ``target`` (NumPy's
+    broadcasting: ranks aligned on the right, index 0 along a stretched axis)."""
+    if not len(shape):
+        return "0"
+    off = len(target) - len(shape)
+    return ", ".join("0" if (int(shape[a]) == 1 and int(target[a + off]) != 1) else names[a + off]
+                     for a in range(len(shape)))
+
+
+def order(pdg, members, ok) -> list:
+    """Members reordered (dependences kept) so that kernel members gather into few segments:
+    ``[("glue", n) | ("seg", [n, ...])]``. Reads of other statements (access, placeholders,
+    sources) go first, kernel members next as far as they can, other interpreter members
+    (UDFs, sinks, random draws) as late as their consumers allow."""
+    mem = set(members)
+    deps = {n: {p for p, _ in pdg.inputs(n) if p in mem} for n in members}
+    pos = {n: i for i, n in enumerate(members)}
+    done, out = set(), []
+    early = (Op.ACCESS, Op.MERGE, Op.CONST, Op.DATA, Op.DIM_VALUE)
+    while len(done) < len(members):
+        ready = [n for n in members if n not in done and deps[n] <= done]
+        first = [n for n in ready if not ok(n) and pdg.rec(n).op in early]
+        if first:
+            for n in first:
+                out.append(("glue", n))
+                done.add(n)
+            continue
+        seg = []
+        while True:
+            more = [n for n in members if n not in done and ok(n) and deps[n] <= done]
+            if not more:
+                break
+            for n in more:
+                seg.append(n)
+                done.add(n)
+        if seg:
+            seg.sort(key=pos.get)  # member order is a topological order: so is each run of it
+            out += [("seg", seg[a:a + MAX_MEMBERS]) for a in range(0, len(seg), MAX_MEMBERS)]
+            continue
+        n = min((n for n in members if n not in done and deps[n] <= done), key=pos.get)
+        out.append(("glue", n))
+        done.add(n)
+    return out
+
+
+class Render:
+    """The source of one segment's kernel."""
+
+    def __init__(self, pdg, seg, returned):
+        self.pdg, self.seg, self.returned = pdg, list(seg), list(returned)
+        self.local = {n: j for j, n in enumerate(self.seg)}
+        self.ext, self.extkey = [], {}  # [(producer, edge, shape, dtype)]
+        self.consts = []  # compile-time arrays passed as parameters
+        self.dims = []  # point coordinates passed as parameters (random draws), by dim name
+        self.keys = []  # random ops whose base key (of the seed and the op's stream) is a parameter
+        self.lines = []
+        self.tmp = 0
+
+    # names -------------------------------------------------------------------------
+    def arg(self, p, e):
+        """The array name of operand (p, e) with its shape and dtype."""
+        if p in self.local:
+            j = self.local[p]
+            node = self.pdg.rec(p)
+            return f"v{j}", tuple(node.shape), np.dtype(node.dtype)
+        key = (p, e.out)
+        if key not in self.extkey:
+            self.extkey[key] = len(self.ext)
+            pn = self.pdg.rec(p)
+            self.ext.append((p, e, tuple(pn.shapes[e.out]), np.dtype(pn.dtypes[e.out])))
+        k = self.extkey[key]
+        return f"x{k}", self.ext[k][2], self.ext[k][3]
+
+    def const(self, arr):
+        self.consts.append(np.ascontiguousarray(arr))
+        return f"c{len(self.consts) - 1}"
+
+    def fresh(self):
+        self.tmp += 1
+        return f"w{self.tmp}"
+
+    def emit(self, line, depth=1):
+        self.lines.append("    " * depth + line)
+
+    def loops(self, shape, depth=1, prefix="j"):
+        """Loops over ``shape`` (one trip for a 0-d shape); the index names of its axes."""
+        names = []
+        for a, s in enumerate(st(shape)):
+            nm = f"{prefix}{a}"
+            self.emit(f"for {nm} in range({s}):", depth + a)
+            names.append(nm)
+        return names[:len(shape)], depth + len(st(shape))
+
+    # ops ---------------------------------------------------------------------------
+    def elementwise_run(self, run, needed):
+        """One loop nest over the run's common shape; members needed later stored as arrays."""
+        node0 = self.pdg.rec(run[0])
+        target = tuple(node0.shape)
+        size = int(np.prod(st(target)))
+        for n in run:
+            if n in needed:
+                self.emit(f"v{self.local[n]} = np.empty({st(target)}, np.{np.dtype(self.pdg.rec(n).dtype).name})")
+        # flat when every array operand has the run's shape (or is 0-d)
+        opers = [self.arg(p, e) for n in run for p, e in self.pdg.inputs(n) if p not in run]
+        flat = all(tuple(s) == target or not len(s) for _, s, _ in opers)
+        if flat and len(target) > 1:
+            views = {}
+            for nm, s, _ in opers:
+                if len(s) and nm not in views:
+                    views[nm] = f"{nm}f{self.fresh()}"
+                    self.emit(f"{views[nm]} = {nm}.reshape({size})")
+            for n in run:
+                if n in needed:
+                    self.emit(f"v{self.local[n]}f = v{self.local[n]}.reshape({size})")
+        if flat:
+            self.emit(f"for j0 in range({size}):")
+            names, depth = ["j0"], 2
+        else:
+            names, depth = self.loops(target)
+        inrun = {}
+        for n in run:
+            node = self.pdg.rec(n)
+            args = []
+            dts = []
+            for p, e in self.pdg.inputs(n):
+                if p in inrun:
+                    args.append(inrun[p])
+                    dts.append(np.dtype(self.pdg.rec(p).dtype))
+                    continue
+                nm, s, d = self.arg(p, e)
+                dts.append(d)
+                if flat:
+                    ref = f"{nm}[0]" if not len(s) else (f"{views[nm]}[j0]" if len(target) > 1 else f"{nm}[j0]")
+                else:
+                    ref = f"{nm}[{operand_index(s, target, names)}]"
+                args.append(ref)
+            t = f"t{self.local[n]}"
+            expr = scalar_template(node, dts).format(*args)
+            dt = np.dtype(node.dtype)
+            self.emit(f"{t} = {'np.bool_' if dt == np.bool_ else 'np.' + dt.name}({expr})", depth)
+            inrun[n] = t
+            if n in needed:
+                tgt = (f"v{self.local[n]}f[j0]" if len(target) > 1 else f"v{self.local[n]}[j0]") if flat else \
+                    f"v{self.local[n]}[{', '.join(names) or '0'}]"
+                self.emit(f"{tgt} = {t}", depth)
+
+    def matmul(self, n):
+        node = self.pdg.rec(n)
+        (pa, ea), (pb, eb) = self.pdg.inputs(n)
+        a, sa, _ = self.arg(pa, ea)
+        b, sb, _ = self.arg(pb, eb)
+        dt = np.dtype(node.dtype).name
+        m = int(sa[0]) if len(sa) == 2 else 1
+        k = int(sa[-1])
+        nn = int(sb[1]) if len(sb) == 2 else 1
+        v = f"v{self.local[n]}"
+        a2 = a if len(sa) == 2 else f"{a}.reshape((1, {k}))"
+        b2 = b if len(sb) == 2 else f"{b}.reshape(({k}, 1))"
+        if m * k * nn >= BLAS_MACS:
+            self.emit(f"{v} = dot({a2}, {b2}).reshape({st(node.shape)})")
+            return
+        w = self.fresh()
+        self.emit(f"{w} = np.empty(({m}, {nn}), np.{dt})")
+        self.emit(f"matmul_small({a2}, {b2}, {w})")
+        self.emit(f"{v} = {w}.reshape({st(node.shape)})")
+
+    def reduce(self, n):
+        node = self.pdg.rec(n)
+        fn, axes, keep = node.attrs["fn"], tuple(node.attrs["axis"]), node.attrs["keepdims"]
+        (p, e) = self.pdg.inputs(n)[0]
+        x, sx, _ = self.arg(p, e)
+        out = tuple(node.shape)
+        dt = np.dtype(node.dtype).name
+        v = f"v{self.local[n]}"
+        count = int(np.prod([int(sx[a]) for a in axes]))
+        names = [f"r{a}" for a in range(len(sx))]
+        if keep:
+            oidx = ", ".join("0" if a in axes else names[a] for a in range(len(sx)))
+        else:
+            oidx = ", ".join(names[a] for a in range(len(sx)) if a not in axes) or "0"
+        acc = self.fresh()
+
+        def sweep(body, depth=1):
+            for a, s in enumerate(sx):
+                self.emit(f"for {names[a]} in range({int(s)}):", depth + a)
+            for ln in body:
+                self.emit(ln, depth + len(sx))
+
+        xi = f"{x}[{', '.join(names)}]"
+        if fn in REDUCE3 and list(axes) == list(range(min(axes), max(axes) + 1)):
+            pre = int(np.prod([int(s) for s in sx[:min(axes)]]))
+            post = int(np.prod([int(s) for s in sx[max(axes) + 1:]]))
+            self.emit(f"{acc} = np.empty(({pre}, {post}), np.{dt})")
+            self.emit(f"reduce3({x}.reshape(({pre}, {count}, {post})), {REDUCE3[fn]}, {acc})")
+            self.emit(f"{v} = {acc}.reshape({st(out)})")
+            return
+        if fn in ("sum", "mean", "std", "logsumexp"):
+            if fn == "logsumexp":
+                self.emit(f"{acc}m = np.full({st(out)}, -np.inf)")
+                sweep([f"xv = {xi}", f"if xv > {acc}m[{oidx}] or xv != xv:", f"    {acc}m[{oidx}] = xv"])
+                size = int(np.prod(st(out)))
+                self.emit(f"{acc}mf = {acc}m.reshape({size})")
+                self.emit(f"for q in range({size}):")
+                self.emit(f"if not np.isfinite({acc}mf[q]):", 2)
+                self.emit(f"{acc}mf[q] = 0.0", 3)
+            if fn == "std":
+                self.emit(f"{acc}m = np.zeros({st(out)})")
+                sweep([f"{acc}m[{oidx}] += {xi}"])
+                self.emit(f"{acc}m /= {count}")
+            self.emit(f"{acc} = np.zeros({st(out)})")
+            if fn == "logsumexp":
+                sweep([f"{acc}[{oidx}] += math.exp(np.float64({xi}) - {acc}m[{oidx}])"])
+                self.emit(f"{v} = (np.log({acc}) + {acc}m).astype(np.{dt})")
+            elif fn == "std":
+                sweep([f"dv = {xi} - {acc}m[{oidx}]", f"{acc}[{oidx}] += dv * dv"])
+                self.emit(f"{v} = np.sqrt({acc} / {count}).astype(np.{dt})")
+            else:
+                sweep([f"{acc}[{oidx}] += {xi}"])
+                self.emit(f"{v} = ({acc} / {count}).astype(np.{dt})" if fn == "mean" else f"{v} = {acc}.astype(np.{dt})")
+            return
+        if fn in ("max", "min"):
+            cmp = ">" if fn == "max" else "<"
+            self.emit(f"{acc} = np.full({st(out)}, {'-' if fn == 'max' else ''}np.inf, np.{dt})")
+            sweep([f"xv = {xi}", f"if xv {cmp} {acc}[{oidx}] or xv != xv:", f"    {acc}[{oidx}] = xv"])
+            self.emit(f"{v} = {acc}")
+            return
+        # argmax along one axis: the first maximum, the first NaN if any (numpy's rule)
+        (ax,) = axes
+        self.emit(f"{acc} = np.full({st(out)}, -np.inf)")
+        self.emit(f"{v} = np.full({st(out)}, -1, np.int64)")
+        sweep([f"xv = {xi}", f"bv = {acc}[{oidx}]", f"if {v}[{oidx}] < 0 or (bv == bv and (xv > bv or xv != xv)):",
+               f"    {acc}[{oidx}] = xv", f"    {v}[{oidx}] = {names[ax]}"])
+
+    def take(self, n):
+        node = self.pdg.rec(n)
+        (px, ex), (pi, ei) = self.pdg.inputs(n)
+        x, sx, _ = self.arg(px, ex)
+        ix, si, _ = self.arg(pi, ei)
+        out = tuple(node.shape)
+        ax = node.attrs["axis"]
+        v = f"v{self.local[n]}"
+        dt = np.dtype(node.dtype).name
+        sxi = [int(s) for s in sx]
+        pre, nax, post = int(np.prod(sxi[:ax])), sxi[ax], int(np.prod(sxi[ax + 1:]))
+        if not node.attrs["along"] or (tuple(si) == out and all(sxi[a] == int(out[a]) for a in range(len(out)) if a != ax)):
+            m = int(np.prod([int(s) for s in si])) if not node.attrs["along"] else int(si[ax])
+            w = self.fresh()
+            self.emit(f"{w} = np.empty(({pre}, {m}, {post}), np.{dt})")
+            if node.attrs["along"]:
+                self.emit(f"if not take_along3({x}.reshape(({pre}, {nax}, {post})), {ix}.reshape(({pre}, {m}, {post})), {w}):")
+            else:
+                self.emit(f"if not take3({x}.reshape(({pre}, {nax}, {post})), {ix}.reshape({m}), {w}):")
+            self.emit("raise IndexError('take: index out of range')", 2)
+            self.emit(f"{v} = {w}.reshape({st(out)})")
+            return
+        self.emit(f"{v} = np.empty({st(out)}, np.{dt})")
+        names, depth = self.loops(out)
+        qi = operand_index(si, out, names)
+        xent = operand_index(sx, out, names).split(", ")
+        xent = [("q" if a == ax else ent) for a, ent in enumerate(xent)]
+        self.emit(f"q = {ix}[{qi}]", depth)
+        self.emit("if q < 0:", depth)
+        self.emit(f"q += {nax}", depth + 1)
+        self.emit(f"if q < 0 or q >= {nax}:", depth)
+        self.emit("raise IndexError('take: index out of range')", depth + 1)
+        self.emit(f"{v}[{', '.join(names) if len(out) else '0'}] = {x}[{', '.join(xent)}]", depth)
+
+    def one_hot(self, n):
+        node = self.pdg.rec(n)
+        (p, e) = self.pdg.inputs(n)[0]
+        ix, si, _ = self.arg(p, e)
+        out = tuple(node.shape)
+        v = f"v{self.local[n]}"
+        dt = "np.bool_" if np.dtype(node.dtype) == np.bool_ else f"np.{np.dtype(node.dtype).name}"
+        self.emit(f"{v} = np.zeros({st(out)}, {dt})")
+        names, depth = self.loops(si) if len(si) else ([], 1)
+        q = f"{ix}[{', '.join(names) or '0'}]"
+        self.emit(f"q = {q}", depth)
+        self.emit(f"if 0 <= q < {int(out[-1])}:", depth)
+        self.emit(f"{v}[{', '.join(names + ['q'])}] = 1", depth + 1)
+
+    def movement(self, n):
+        node = self.pdg.rec(n)
+        v = f"v{self.local[n]}"
+        out = st(node.shape)
+        size = int(np.prod(out))
+        dt = np.dtype(node.dtype).name
+        if node.op is Op.RESHAPE:
+            (p, e) = self.pdg.inputs(n)[0]
+            x, _, _ = self.arg(p, e)
+            self.emit(f"{v} = {x}.reshape({out})")
+            return
+        idx = gathers(self.pdg, n)
+        self.emit(f"{v} = np.empty({out}, np.{dt})")
+        self.emit(f"{v}f = {v}.reshape({size})")
+        if node.op is Op.CONCAT:
+            for (p, e), g in zip(self.pdg.inputs(n), idx):
+                x, s, _ = self.arg(p, e)
+                c = self.const(g)
+                self.emit(f"scatter({x}.reshape({int(np.prod(st(s)))}), {c}, {v}f)")
+            return
+        (p, e) = self.pdg.inputs(n)[0]
+        x, s, _ = self.arg(p, e)
+        c = self.const(idx[0])
+        self.emit(f"gather({x}.reshape({int(np.prod(st(s)))}), {c}, {v}f)")
+
+    def random(self, n):
+        """timerl.ir.rng.draw at this point, value for value: the key mixes the base key (a
+        parameter: of the compile seed and the op's stream) with the point's coordinates."""
+        node = self.pdg.rec(n)
+        j = self.local[n]
+        self.keys.append(n)
+        kb = f"kb{j}"
+        self.emit(f"{kb} = key{len(self.keys) - 1}")
+        for d in node.domain:
+            if d.name not in self.dims:
+                self.dims.append(d.name)
+            self.emit(f"{kb} = mix({kb} + (np.uint64(d_{d.name}) + ONE) * G)")
+        dist, attrs = node.attrs["dist"], node.attrs
+        dt = np.dtype(node.dtype).name
+        out = st(node.shape)
+        size = int(np.prod(out))
+        v = f"v{j}"
+        self.emit(f"{v} = np.empty({out}, np.{dt})")
+        self.emit(f"{v}f = {v}.reshape({size})")
+        if dist == "uniform":
+            lo, hi = float(attrs.get("low", 0.0)), float(attrs.get("high", 1.0))
+            below = np.nextafter(np.dtype(dt).type(hi), np.dtype(dt).type(lo))
+            self.emit(f"for q in range({size}):")
+            self.emit(f"u = np.{dt}({lo!r} + ({hi!r} - {lo!r}) * unit({kb}, np.uint64(q)))", 2)
+            self.emit(f"{v}f[q] = u if u < np.{dt}({hi!r}) else np.{dt}({float(below)!r})", 2)
+        elif dist == "normal":
+            mean, std = float(attrs.get("mean", 0.0)), float(attrs.get("std", 1.0))
+            self.emit(f"for q in range({size}):")
+            self.emit(f"u1 = 1.0 - unit({kb}, np.uint64(q))", 2)
+            self.emit(f"u2 = unit({kb}, np.uint64(q) + LANE)", 2)
+            self.emit("z = math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)", 2)
+            self.emit(f"{v}f[q] = np.{dt}({mean!r} + {std!r} * z)", 2)
+        elif dist == "permutation":
+            self.emit(f"permutation({kb}, {v}f)")
+        else:  # categorical: Gumbel-max over the last axis of the logits
+            (p, e) = self.pdg.inputs(n)[0]
+            lg, sl, _ = self.arg(p, e)
+            A = int(sl[-1])
+            self.emit(f"{lg}f_ = {lg}.reshape({size * A})")
+            self.emit(f"for q in range({size}):")
+            self.emit("bi = 0", 2)
+            self.emit("best = -np.inf", 2)
+            self.emit(f"for a in range({A}):", 2)
+            self.emit(f"u = unit({kb}, np.uint64(q * {A} + a)) + 0.5 / 9007199254740992.0", 3)
+            self.emit(f"val = np.float64({lg}f_[q * {A} + a]) - math.log(-math.log(u))", 3)
+            self.emit("if a == 0 or (best == best and (val > best or val != val)):", 3)
+            self.emit("best = val", 4)
+            self.emit("bi = a", 4)
+            self.emit(f"{v}f[q] = bi", 2)
+
+    # whole segment -----------------------------------------------------------------
+    def runs(self, ew):
+        """The segment in loop nests: each non-elementwise member alone, elementwise members of one
+        shape gathered into as few runs as the dependences allow (every loop nest costs numba about
+        50 ms to compile). A list scheduler: ready non-elementwise members first, then one run of the
+        shape with the most ready elementwise members, grown while members of that shape get ready."""
+        pdg, seg = self.pdg, self.seg
+        inseg = set(seg)
+        deps = {n: {p for p, _ in pdg.inputs(n) if p in inseg} for n in seg}
+        done, runs = set(), []
+        while len(done) < len(seg):
+            ready = [n for n in seg if n not in done and deps[n] <= done]
+            other = [n for n in ready if n not in ew]
+            if other:
+                for n in other:
+                    runs.append([n])
+                    done.add(n)
+                continue
+            shapes = [tuple(pdg.rec(n).shape) for n in ready]
+            shape = max(shapes, key=shapes.count)
+            run, grown = [], True
+            while grown:
+                grown = False
+                for n in seg:
+                    if n not in done and n in ew and tuple(pdg.rec(n).shape) == shape and deps[n] <= done:
+                        run.append(n)
+                        done.add(n)
+                        grown = True
+            runs.append(run)
+        return runs
+
+    def source(self):
+        pdg, seg = self.pdg, self.seg
+        inseg = set(seg)
+        # which members must exist as arrays: read by a non-elementwise member, by another run, or returned
+        ew = {n for n in seg if pdg.rec(n).op in (Op.UNARY, Op.BINARY, Op.WHERE, Op.CAST)}
+        runs = self.runs(ew)
+        runof = {n: i for i, r in enumerate(runs) for n in r}
+        needed = set(self.returned)
+        for n in seg:
+            for p, _ in pdg.inputs(n):
+                if p in inseg and (runof[p] != runof[n] or p not in ew or n not in ew):
+                    needed.add(p)
+        for r in runs:
+            if r[0] in ew:
+                self.elementwise_run(r, needed)
+                continue
+            (n,) = r
+            op = pdg.rec(n).op
+            if op is Op.MATMUL:
+                self.matmul(n)
+            elif op is Op.REDUCE:
+                self.reduce(n)
+            elif op is Op.TAKE:
+                self.take(n)
+            elif op is Op.ONE_HOT:
+                self.one_hot(n)
+            elif op is Op.RANDOM:
+                self.random(n)
+            else:
+                self.movement(n)
+        rets = []
+        for n in self.returned:
+            v = f"v{self.local[n]}"
+            # a reshape is a view of its input: return a copy the stores may own
+            rets.append(f"{v}.copy()" if pdg.rec(n).op is Op.RESHAPE else v)
+        params = ([f"x{k}" for k in range(len(self.ext))] + [f"c{k}" for k in range(len(self.consts))]
+                  + [f"d_{d}" for d in self.dims] + [f"key{k}" for k in range(len(self.keys))])
+        sig = []
+        for _, _, s, d in self.ext:
+            sig.append(f"numba.types.Array(numba.from_dtype(np.dtype('{d.name}')), {len(st(s))}, 'C', readonly=True)")
+        for c in self.consts:
+            sig.append(f"numba.types.Array(numba.int64, {c.ndim}, 'C', readonly=True)")
+        sig += ["numba.int64"] * len(self.dims) + ["numba.uint64"] * len(self.keys)
+        head = [PRELUDE, f"SIG = ({', '.join(sig)},)", "", "",
+                '@numba.njit(cache=True, fastmath=False, error_model="numpy", boundscheck=False)',
+                f"def kernel({', '.join(params)}):"]
+        body = self.lines + [f"    return ({''.join(r + ', ' for r in rets)})"]
+        return "\n".join(head + body) + "\n"
+
+
+def render(pdg, seg, returned):
+    """(source, external operands [(producer, edge, shape, dtype)], constant arrays, dim names of
+    the point coordinates passed, random ops whose base key is passed) in parameter order."""
+    r = Render(pdg, seg, returned)
+    src = r.source()
+    return src, r.ext, r.consts, r.dims, r.keys
