@@ -1,11 +1,15 @@
-"""The op registry (timerl.ir.registry): every op and function has a complete entry, and the
-scalar templates kernel generators render compute numpy's values under numba."""
+"""The op registry (timerl.ir.registry): every op and function has a complete entry, the
+scalar templates kernel generators render compute numpy's values under numba, and a
+function added as one entry (sin, cos) works on every backend, gradients included."""
 
 import math
 
 import numpy as np
 import pytest
 
+import timerl as tl
+from programs.collect import Collect
+from test_grad_util import ALL_BACKENDS, check_grad, compile_or_skip
 from timerl.ir import registry
 from timerl.ir.ops import Op
 
@@ -55,10 +59,10 @@ def test_trait_sets_the_other_layers_ask_for():
 
 # -- scalar templates under numba -----------------------------------------------------------------
 
-# numpy's float32/float64 exp, log, tanh and power are within an ulp or two of the
+# numpy's float32/float64 exp, log, tanh, sin, cos and power are within an ulp or two of the
 # correctly rounded result, as is libm's, so the two may differ by a few ulp; every other
 # template must give numpy's bits (NaN payloads aside, signed zeros included)
-ULP = {"exp": 4, "log": 4, "tanh": 4, "pow": 4}
+ULP = {"exp": 4, "log": 4, "tanh": 4, "sin": 4, "cos": 4, "pow": 4}
 TEMPLATED = [(o, fn) for o in (Op.UNARY, Op.BINARY) for fn in registry.fns(o) if registry.fn_of(o, fn).expr]
 
 
@@ -124,3 +128,38 @@ def test_expr_template_matches_numpy_under_numba(o, fn, dt):
     bad = np.nonzero(~same)[0]
     assert not len(bad), f"{fn} on {dt}: " + ", ".join(
         f"{fn}{tuple(x[i] for x in xs)} = {got[i]!r}, numpy {want[i]!r}" for i in bad[:5])
+
+
+# -- sin and cos: one registry entry each ---------------------------------------------------------
+
+X = np.random.default_rng(2).normal(size=(3, 2, 5)) * 4
+
+
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+@pytest.mark.parametrize("dt", ["float32", "float64", "int64"])
+@pytest.mark.parametrize("name", ["sin", "cos"])
+def test_sin_cos_values(name, dt, backend):
+    x = X.astype(dt)
+    prog = tl.Program("t")
+    (t,), c = prog.dims, Collect()
+    with prog:
+        y = getattr(tl, name)(tl.tensor(x, (t,), name="x")) * 2.0 + 1.0
+        tl.sink(y, c("y"))
+    assert y.dtype == (np.float64 if dt == "float64" else np.float32)
+    compile_or_skip(prog, {"T": 3}, backend).run()
+    for k in range(3):
+        want = getattr(np, name)(x[k].astype(y.dtype)) * 2 + 1
+        assert c["y"][(k,)].dtype == y.dtype
+        np.testing.assert_allclose(c["y"][(k,)], want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+@pytest.mark.parametrize("name", ["sin", "cos"])
+def test_sin_cos_gradients(name, backend):
+    f = getattr(tl, name)
+
+    def build(prog, xs):
+        y = f(xs["x"]) * f(xs["x"] * 0.5)
+        return (y * y).sum()
+
+    check_grad(build, {"x": (X[:2, 0], ("t",))}, {"T": 2}, dims="t", backend=backend)

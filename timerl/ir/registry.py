@@ -36,7 +36,7 @@ op's (arity, traits, shape rule) and adds its own. An entry holds:
   only ``-0.0``: ``-0.0 + 0.0`` is ``+0.0``) or ``"+0"`` (``x - 0.0``).
 
 Every other layer asks here instead of keeping its own table. Adding an elementwise
-function is one ``_unary``/``_binary`` entry plus its tests.
+function is one ``_unary``/``_binary`` entry (see ``sin``) plus its tests.
 """
 
 from __future__ import annotations
@@ -728,6 +728,8 @@ _unary("sqrt", np.sqrt, "math.sqrt({0})", lambda F, g, x, y: g * 0.5 / y, traits
 _unary("abs", np.abs, "abs({0})", lambda F, g, x, y: g * F.unary("sign", x))
 _unary("sign", np.sign, "(1.0 if {0} > 0 else (-1.0 if {0} < 0 else (0.0 if {0} == 0 else {0})))",
        lambda F, g, x, y: g * _zero(F, g))
+_unary("sin", np.sin, "math.sin({0})", lambda F, g, x, y: g * F.unary("cos", x), traits=("floats",))
+_unary("cos", np.cos, "math.cos({0})", lambda F, g, x, y: -(g * F.unary("sin", x)), traits=("floats",))
 # the value of x, returned as itself (an alias: no donation); autodiff stops here
 _unary("detach", _detach, "({0})", traits=("identity",), drop=("donor",), stops="all")
 _unary("logical_not", np.logical_not, "(not {0})", traits=("bool_operands", "involution"), symbol="~",
