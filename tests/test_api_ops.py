@@ -59,7 +59,7 @@ def test_binary_broadcast_and_scalars():
     check(lambda a: 2.0 ** a, lambda a: np.float32(2.0) ** a, A)
 
 
-@pytest.mark.parametrize("name", ["exp", "log", "tanh", "sigmoid", "relu", "sqrt", "abs", "sign"])
+@pytest.mark.parametrize("name", ["exp", "log", "tanh", "sigmoid", "relu", "sqrt", "abs", "sign", "sin", "cos"])
 def test_unary_functions(name):
     special = {"sigmoid": lambda x: 1 / (1 + np.exp(-x)), "relu": lambda x: np.maximum(x, 0)}
     npf = special[name] if name in special else getattr(np, name)

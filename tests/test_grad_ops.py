@@ -39,6 +39,8 @@ UNARY = [
     ("relu", tl.relu, None),
     ("sqrt", tl.sqrt, 0.5),
     ("abs", tl.abs, None),
+    ("sin", tl.sin, None),
+    ("cos", tl.cos, None),
 ]
 
 

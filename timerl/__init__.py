@@ -14,7 +14,7 @@ from .api.ops import (
     ones, permute, placeholder, reshape, squeeze, stack, take, take_along_axis, tensor, unsqueeze,
     where, zeros,
 )
-from .api.functions import abs, exp, log, max, min, relu, sigmoid, sign, sqrt, tanh
+from .api.functions import abs, cos, exp, log, max, min, relu, sigmoid, sign, sin, sqrt, tanh
 from .api.world import sink, udf
 from .api import random
 from .api.autodiff import grad
@@ -29,6 +29,6 @@ __all__ = [
     "RecurrentTensor", "arange", "broadcast_to", "cast", "clip", "concat", "const", "dim_value",
     "matmul", "maximum", "minimum", "one_hot", "ones", "permute", "placeholder", "reshape",
     "squeeze", "stack", "take", "take_along_axis", "tensor", "unsqueeze", "where", "zeros", "abs",
-    "exp", "log", "max", "min", "relu", "sigmoid", "sign", "sqrt", "tanh", "sink", "udf", "random",
+    "exp", "log", "max", "min", "relu", "sigmoid", "sign", "sqrt", "tanh", "sin", "cos", "sink", "udf", "random",
     "config", "grad", "nn", "optim", "distributions", "name_scope",
 ]

@@ -7,7 +7,7 @@ The adjoint ``ḡ[n]`` of a node is a recurrent tensor over the node's domain: a
 derivative of the sum of the loss over all of its points (``0 <= d < D``) with respect to
 the node at that point. For every edge ``c -> p`` (consumer reads producer), the
 contribution to ``ḡ[p]`` at a point of ``p`` is the sum, over the consumer points that
-read it, of the consumer's vector-Jacobian product (``grad_rules``) there. Those consumer
+read it, of the consumer's vector-Jacobian product (the registry's ``vjp``) there. Those consumer
 points come from the isl access relation of the edge, inverted (``access(c, p).reverse()``)
 with the bounds left as parameters. The inverse is split into disjoint pieces; in each, every
 consumer dim is either one affine point of the producer's dim (an ACCESS at a shifted or
@@ -38,7 +38,7 @@ from ..ir.expr import Cond
 from ..ir.ops import Edge, Op, Slice
 from ..ir.reverse import Reverse
 from . import ops as O
-from .grad_rules import grad_rules, nondiff_reason, stop_edge
+from .grad_rules import nondiff_reason, stop_edge, vjp
 from .tensor import RecurrentTensor
 
 
@@ -262,12 +262,9 @@ class _Backward:
         if node.op in (Op.ACCESS, Op.MERGE):
             v = g
         else:
-            rule = grad_rules.get(node.op)
-            if rule is None:
-                raise CompileError(f"no gradient rule for op {node.op.value} (tensor {node.name!r})")
             ins = [RecurrentTensor(self.prog, p, ed.out) for p, ed in self.pdg.inputs(c)]
             out = RecurrentTensor(self.prog, c)
-            v = rule(node, e.pos, g, ins, out)
+            v = vjp(node, e.pos, g, ins, out)
             pnode = self.pdg.rec(ins[e.pos].nid)
             if v.dtype != pnode.dtype:
                 v = O.cast(v, pnode.dtype)

@@ -16,7 +16,8 @@ def _u(fn):
     return f
 
 
-exp, log, tanh, sigmoid, relu, sqrt, abs, sign = (_u(n) for n in ("exp", "log", "tanh", "sigmoid", "relu", "sqrt", "abs", "sign"))
+exp, log, tanh, sigmoid, relu, sqrt, abs, sign, sin, cos = (
+    _u(n) for n in ("exp", "log", "tanh", "sigmoid", "relu", "sqrt", "abs", "sign", "sin", "cos"))
 
 
 def min(a, b):  # noqa: A001

@@ -12,6 +12,7 @@ import numpy as np
 import sympy
 
 from ..errors import ArgTypeError, CompileError, ShapeError, user_site
+from ..ir import registry
 from ..ir.expr import Cond, Dim, Expr, as_cond
 from ..ir.ops import Edge, Op
 from .args import as_domain, as_dtype, as_shape, as_size, check_data, check_program, describe, value_array, who
@@ -22,13 +23,6 @@ F32 = np.dtype("float32")
 I64 = np.dtype("int64")
 BOOL = np.dtype("bool")
 
-UNARY_FNS = ("neg", "exp", "log", "tanh", "sigmoid", "relu", "sqrt", "abs", "sign", "detach", "logical_not")
-BINARY_FNS = ("add", "sub", "mul", "div", "mod", "floordiv", "pow", "lt", "le", "gt", "ge", "eq", "ne", "minimum", "maximum",
-              "logical_and", "logical_or")
-COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or")
-SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "floordiv": "//", "pow": "**", "lt": "<",
-           "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "logical_and": "&", "logical_or": "|",
-           "matmul": "@"}
 
 
 # -- helpers --------------------------------------------------------------------------
@@ -177,16 +171,18 @@ def _norm_axis(axis, ndim, who):
 
 
 def unary(fn: str, x) -> RecurrentTensor:
+    d = registry.unary(fn)
     x = x if isinstance(x, RecurrentTensor) else as_tensor(x, what=f"tl.{fn} at {user_site()}: its argument")
     dt = x.dtype
-    if fn in ("exp", "log", "tanh", "sigmoid", "sqrt") and dt.kind in "biu":
+    if d.has("floats") and dt.kind in "biu":
         x, dt = cast(x, F32), F32
-    if fn == "logical_not":
+    if d.has("bool_operands"):
         if dt != BOOL:
-            raise ShapeError(f"~ needs a bool tensor, got {x.name!r} of dtype {dt}")
-    elif fn == "neg" and dt == BOOL:
+            raise ShapeError(f"{d.symbol} needs a bool tensor, got {x.name!r} of dtype {dt}")
+    elif d.has("no_bool") and dt == BOOL:
         raise ShapeError(f"cannot negate bool tensor {x.name!r}; use ~")
-    return make(Op.UNARY, [x], [x.shape], [dt], {"fn": fn})[0]
+    attrs = {"fn": fn}
+    return make(Op.UNARY, [x], [x.shape], [d.dtype(attrs, [dt])], attrs)[0]
 
 
 def _operand_what(fn, xs):
@@ -195,23 +191,25 @@ def _operand_what(fn, xs):
     def what(k):
         named = [x.name for x in xs if isinstance(x, RecurrentTensor)]
         with_ = f" (with tensor {named[0]!r})" if named else ""
-        if fn in SYMBOLS:
-            return f"at {user_site()}: the {('left', 'right')[k]} operand of {SYMBOLS[fn]}{with_}"
+        sym = registry.symbol(fn)
+        if sym:
+            return f"at {user_site()}: the {('left', 'right')[k]} operand of {sym}{with_}"
         return f"tl.{fn} at {user_site()}: argument {k}{with_}"
 
     return what
 
 
 def binary(fn: str, a, b) -> RecurrentTensor:
+    d = registry.binary(fn)
     (a, b), dt = _promote([a, b], _operand_what(fn, [a, b]))
     shape = broadcast_shapes([a.shape, b.shape], [a.name, b.name])
-    if fn in ("logical_and", "logical_or"):
+    if d.has("bool_operands"):
         if a.dtype != BOOL or b.dtype != BOOL:
             raise ShapeError(f"& and | need bool tensors, got {a.name!r} ({a.dtype}) and {b.name!r} ({b.dtype})")
-    if fn == "div" and dt.kind in "biu":
-        a, b, dt = cast(a, F32), cast(b, F32), F32
-    out = BOOL if fn in COMPARISONS else dt
-    return make(Op.BINARY, [a, b], [shape], [out], {"fn": fn})[0]
+    if d.has("floats") and dt.kind in "biu":
+        a, b = cast(a, F32), cast(b, F32)
+    attrs = {"fn": fn}
+    return make(Op.BINARY, [a, b], [shape], [d.dtype(attrs, [a.dtype, b.dtype])], attrs)[0]
 
 
 def cast(x, dtype) -> RecurrentTensor:
@@ -267,13 +265,11 @@ def _axes(axis, ndim, who):
     return tuple(sorted({_norm_axis(a, ndim, who) for a in axes}))
 
 
-def _sum_dtype(dt):
-    """NumPy's accumulator: bool and small ints sum to int64 (unsigned to uint64)."""
-    if dt.kind in "bi":
-        return I64
-    if dt.kind == "u":
-        return np.dtype("uint64")
-    return dt
+def _reduced(fn, xs, attrs):
+    """A REDUCE of ``xs`` with the registry's shape and dtype rules."""
+    rule = registry.reduction(fn)
+    shape = rule.shape(attrs, [xs[0].shape])
+    return make(Op.REDUCE, xs, [shape], [rule.dtype(attrs, [x.dtype for x in xs])], attrs)[0]
 
 
 def reduce(fn: str, x, axis=None, keepdims=False) -> RecurrentTensor:
@@ -281,29 +277,16 @@ def reduce(fn: str, x, axis=None, keepdims=False) -> RecurrentTensor:
     if fn == "argmax" and axis is not None and isinstance(axis, (tuple, list)):
         raise ShapeError(f"argmax of {x.name!r} takes one axis or None")
     axes = _axes(axis, x.ndim, x.name)
-    if fn == "argmax" and axis is None:
-        shape = (1,) * x.ndim if keepdims else ()
-    else:
-        shape = tuple(1 if k in axes else s for k, s in enumerate(x.shape) if keepdims or k not in axes)
-    if fn == "argmax":
-        dt = I64
-    elif fn in ("mean", "std", "logsumexp") and x.dtype.kind in "biu":
-        dt = F32
-    elif fn == "sum":
-        dt = _sum_dtype(x.dtype)
-    else:
-        dt = x.dtype
-    if fn in ("mean", "std", "logsumexp") and x.dtype.kind in "biu":
+    if registry.reduction(fn).has("floats") and x.dtype.kind in "biu":
         x = cast(x, F32)
-    return make(Op.REDUCE, [x], [shape], [dt], {"fn": fn, "axis": axes, "keepdims": bool(keepdims),
-                                                  "flat": axis is None})[0]
+    return _reduced(fn, [x], {"fn": fn, "axis": axes, "keepdims": bool(keepdims), "flat": axis is None})
 
 
 def scan(fn: str, x, axis=0) -> RecurrentTensor:
     x = as_tensor(x)
-    ax = _norm_axis(axis, x.ndim, x.name)
-    dt = _sum_dtype(x.dtype)
-    return make(Op.SCAN, [x], [x.shape], [dt], {"fn": fn, "axis": ax})[0]
+    attrs = {"fn": fn, "axis": _norm_axis(axis, x.ndim, x.name)}
+    rule = registry.scan(fn)
+    return make(Op.SCAN, [x], [rule.shape(attrs, [x.shape])], [rule.dtype(attrs, [x.dtype])], attrs)[0]
 
 
 def discounted(x, gamma, axis=0, cumulative=False) -> RecurrentTensor:
@@ -318,9 +301,8 @@ def discounted(x, gamma, axis=0, cumulative=False) -> RecurrentTensor:
     g = cast(g, x.dtype)
     if cumulative:
         return make(Op.SCAN, [x, g], [x.shape], [x.dtype], {"fn": "discounted_cumsum", "axis": ax})[0]
-    shape = tuple(s for k, s in enumerate(x.shape) if k != ax)
-    return make(Op.REDUCE, [x, g], [shape], [x.dtype], {"fn": "discounted_sum", "axis": (ax,), "keepdims": False,
-                                                         "flat": False})[0]
+    return _reduced("discounted_sum", [x, g], {"fn": "discounted_sum", "axis": (ax,), "keepdims": False,
+                                               "flat": False})
 
 
 # -- matmul -------------------------------------------------------------------------------

@@ -22,6 +22,9 @@ import sympy
 
 
 class Op(enum.Enum):
+    """The ops; everything known about each (traits, rules, numpy implementation, vjp) is its
+    entry in :mod:`timerl.ir.registry`."""
+
     # sources
     CONST = "const"  # attrs: value (np.ndarray of the spatial shape)
     DATA = "data"  # attrs: array (leading axes = domain dims)
@@ -50,12 +53,6 @@ class Op(enum.Enum):
     # the outside world
     UDF = "udf"  # attrs: fn, state, batched
     SINK = "sink"  # attrs: fn, multi
-
-
-SOURCES = frozenset({Op.CONST, Op.DATA, Op.DIM_VALUE, Op.RANDOM})
-ELEMENTWISE = frozenset({Op.UNARY, Op.BINARY, Op.WHERE, Op.CAST})
-MOVEMENT = frozenset({Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.CONCAT, Op.SLICE})
-UNFUSABLE = frozenset({Op.MERGE, Op.UDF, Op.RANDOM, Op.SINK, Op.DATA})
 
 
 @dataclasses.dataclass(frozen=True)

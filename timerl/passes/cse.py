@@ -8,9 +8,10 @@ array. Producers are compared after merging, so the pass repeats until nothing m
 (the graph has cycles: a recurrence reads itself; two separate but identical recurrences
 are not merged, which is safe).
 
-Never merged: UDFs and sinks (side effects, state), random ops (each draws its own
-stream), dim values (free to recompute; see ``NEVER``), and nodes flagged ``parameter``
-or ``requires_grad`` (the user's handles on them). The survivor is the earliest created
+Never merged: ``stateful`` ops (UDFs and sinks: side effects, state; random ops: each
+draws its own stream), ``unshared`` ones (dim values: free to recompute; the registry's
+``TRAITS`` says why), and nodes flagged ``parameter`` or ``requires_grad`` (the user's
+handles on them). The survivor is the earliest created
 node, so errors keep naming the tensor the user wrote first; its demand becomes the union
 of the merged nodes' demands.
 """
@@ -19,13 +20,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir import registry
 from ..ir.ops import Op
 from .rewrite import forward, reanalysed
 
-# DIM_VALUE costs nothing to recompute, and one shared copy read both inside the iteration
-# loop and after it (``i`` at ``I - 1``) ties statements of different phases into one
-# cycle at the same iteration, which the scheduler's grouping then cannot order
-NEVER = frozenset({Op.UDF, Op.SINK, Op.RANDOM, Op.DIM_VALUE})
 KEEP_FLAGS = ("parameter", "requires_grad")
 
 
@@ -71,7 +69,8 @@ def _key(pdg, n, canon):
 
 def mergeable(pdg, n) -> bool:
     data = pdg.nodes[n]
-    return pdg.rec(n).op not in NEVER and not any(data.get(f) for f in KEEP_FLAGS)
+    rule = registry.op(pdg.rec(n).op)
+    return not (rule.has("stateful") or rule.has("unshared")) and not any(data.get(f) for f in KEEP_FLAGS)
 
 
 def cse(prog, pdg, bounds, analysis):

@@ -2,20 +2,22 @@
 
 Identities (``identity_rules``, per op) forward a node's readers to one of its operands
 when the node's value equals that operand's at every point, with the same domain, shape
-and dtype (``x * 1.0`` with an int ``x`` promotes to float and is left alone):
+and dtype (``x * 1.0`` with an int ``x`` promotes to float and is left alone). What makes
+an elementwise function an identity is in its registry entry:
 
-- ``x * 1``, ``1 * x``, ``x / 1``, ``x ** 1``, ``x - 0`` (``+0``), ``x + 0`` and ``0 + x``
-  for ints, and for floats only with ``-0.0`` (``-0.0 + 0.0`` is ``+0.0``, so adding
-  ``+0.0`` is not an identity);
-- ``--x``, ``~~x``, ``detach(x)`` (autodiff has already run), ``min(x, x)``, ``max(x, x)``,
-  ``x & x``, ``x | x``, ``where(c, x, x)``;
+- a constant operand equal to the function's ``unit``: ``x * 1``, ``1 * x``, ``x / 1``,
+  ``x ** 1``, ``x - 0`` (``+0``), ``x + 0`` and ``0 + x`` for ints, and for floats only
+  with ``-0.0`` (``-0.0 + 0.0`` is ``+0.0``, so adding ``+0.0`` is not an identity);
+- ``f(f(x))`` of an ``involution`` (``--x``, ``~~x``), ``f(x)`` of an ``identity``
+  (``detach(x)``: autodiff has already run), ``f(x, x)`` of an ``idempotent`` function
+  (``min(x, x)``, ``max(x, x)``, ``x & x``, ``x | x``); ``where(c, x, x)``;
 - casts to the operand's dtype, reshapes and expands to its shape, identity permutes.
 
 Not rewritten, because floating point does not allow it exactly: ``exp(log(x))`` (``x < 0``
 gives NaN, and rounding), ``log(exp(x))`` (overflow), ``x * 0`` (NaN, inf, ``-0.0``),
 ``x - x``.
 
-Constant folding: an op whose operands are all constants without dims is evaluated once
+Constant folding: a ``foldable`` op whose operands are all constants without dims is evaluated once
 with the reference executor's numpy rule (:func:`timerl.ir.semantics.evaluate`), so its
 value is the reference value bit for bit, and becomes a constant. Folding that would make
 a constant larger than its inputs (an expand of a scalar) or that raises (an index out of
@@ -30,11 +32,11 @@ from __future__ import annotations
 import numpy as np
 import sympy
 
-from ..ir.ops import ELEMENTWISE, MOVEMENT, Node, Op
+from ..ir import registry
+from ..ir.ops import Node, Op
 from ..ir.semantics import evaluate
 from .rewrite import forward, reanalysed
 
-FOLDABLE = ELEMENTWISE | MOVEMENT | {Op.REDUCE, Op.SCAN, Op.MATMUL, Op.TAKE, Op.ONE_HOT}
 FOLD_MIN_SIZE = 64  # a folded constant may grow up to this many elements
 
 
@@ -61,19 +63,23 @@ def _zeros(v, dtype, negative):
     return _all(v, lambda a: (a == 0) & (np.signbit(a) == negative))
 
 
+def _is_unit(v, unit, dtype) -> bool:
+    if unit is None:
+        return False
+    if unit == 1:
+        return _ones(v)
+    return _zeros(v, dtype, unit == "-0")
+
+
 def _binary(pdg, n, node, ins):
     (pa, ea), (pb, eb) = ins
-    fn = node.attrs["fn"]
-    va, vb = _const(pdg, pa, ea), _const(pdg, pb, eb)
-    if fn == "mul":
-        return (pa, ea) if _ones(vb) else (pb, eb) if _ones(va) else None
-    if fn in ("div", "pow"):
-        return (pa, ea) if _ones(vb) else None
-    if fn == "add":
-        return (pa, ea) if _zeros(vb, node.dtype, True) else (pb, eb) if _zeros(va, node.dtype, True) else None
-    if fn == "sub":
-        return (pa, ea) if _zeros(vb, node.dtype, False) else None
-    if fn in ("minimum", "maximum", "logical_and", "logical_or") and _same_operand(pa, ea, pb, eb):
+    rule = registry.binary(node.attrs["fn"])
+    left, right = rule.unit
+    if _is_unit(_const(pdg, pb, eb), right, node.dtype):
+        return pa, ea
+    if _is_unit(_const(pdg, pa, ea), left, node.dtype):
+        return pb, eb
+    if rule.has("idempotent") and _same_operand(pa, ea, pb, eb):
         return pa, ea
     return None
 
@@ -82,24 +88,15 @@ def _same_operand(pa, ea, pb, eb) -> bool:
     return pa == pb and ea.out == eb.out and ea.index == eb.index
 
 
-def _involution(fn):
-    def rule(pdg, n, node, ins):
-        (p, e), = ins
-        inner = pdg.rec(p)
-        if node.attrs["fn"] == fn and inner.op is Op.UNARY and inner.attrs["fn"] == fn:
-            return pdg.inputs(p)[0]
-        return None
-
-    return rule
-
-
 def _unary(pdg, n, node, ins):
-    if node.attrs["fn"] == "detach":
+    fn = node.attrs["fn"]
+    rule = registry.unary(fn)
+    if rule.has("identity"):
         return ins[0]
-    for fn in ("neg", "logical_not"):
-        hit = _involution(fn)(pdg, n, node, ins)
-        if hit:
-            return hit
+    (p, e), = ins
+    inner = pdg.rec(p)
+    if rule.has("involution") and inner.op is Op.UNARY and inner.attrs["fn"] == fn:
+        return pdg.inputs(p)[0]
     return None
 
 
@@ -158,7 +155,7 @@ def folded(pdg, n):
     """The constant value of node ``n`` if all its operands are constants without dims, else None."""
     node = pdg.rec(n)
     ins = pdg.inputs(n)
-    if node.op not in FOLDABLE or node.domain or len(node.shapes) != 1 or not ins:
+    if not registry.op(node.op).has("foldable") or node.domain or len(node.shapes) != 1 or not ins:
         return None
     vals = [_const(pdg, p, e) for p, e in ins]
     if any(v is None for v in vals):
@@ -214,4 +211,4 @@ def simplify(prog, pdg, bounds, analysis):
     return out, reanalysed(prog, out, bounds, analysis, replaced)
 
 
-__all__ = ["FOLDABLE", "folded", "identity_of", "identity_rules", "simplify"]
+__all__ = ["folded", "identity_of", "identity_rules", "simplify"]

@@ -7,7 +7,7 @@ A PDG is well formed when
   ``"edge"``; its ``index`` has one entry per producer-domain dim and uses only the
   consumer's dims and the bounds; its ``out`` names one of the producer's outputs;
 - a consumer's operand positions are ``0..k-1`` with no gap or repeat, and ``k`` is an
-  arity its op takes (``arity_rules``);
+  arity its op takes (its registry entry's ``arity``);
 - only ``ACCESS`` edges and ``MERGE`` branches read away from the point: every other
   edge is basis (the producer's dims, each read at itself), so the producer's dims are
   among the consumer's;
@@ -15,10 +15,11 @@ A PDG is well formed when
   their value at ``d - shift`` on every value dim, and bring the merge's shape and dtype;
   no other edge carries a condition or shift;
 - a ``SINK`` has no outputs and no consumers; a source has no inputs;
-- where shapes are static ints, elementwise ops have the broadcast of their operands'
-  shapes, casts and unary ops keep their operand's shape, movement ops (reshape, expand,
-  permute) produce what their attributes say, and binary ops the promoted dtype
-  (``bool`` for comparisons).
+- every node has the shape and dtype its registry entry's rules give for its operands and
+  attributes (``registry.of(node).shape`` and ``.dtype``; a rule that cannot tell, e.g. a
+  broadcast of symbolic lengths, checks nothing): elementwise ops broadcast, reshapes and
+  expands produce their attribute's shape, binary ops the promoted dtype (``bool`` for
+  comparisons), reductions drop or keep their axes, constants hold their value's.
 
 Errors are :class:`VerifyError` (a ``CompileError``) naming the user's tensor and the pass
 that broke the graph, followed by the node and its neighbours (``pdg.describe``).
@@ -30,57 +31,13 @@ import numpy as np
 import sympy
 
 from ..errors import CompileError
+from ..ir import registry
 from ..ir.expr import symbols_of
 from ..ir.ops import Edge, Node, Op, Slice, broadcast, is_basis
-
-_ANY = None  # any number of operands
-
-# allowed operand counts per op: a set of ints, or _ANY
-arity_rules = {
-    Op.CONST: {0},
-    Op.DATA: {0},
-    Op.DIM_VALUE: {0},
-    Op.RANDOM: _ANY,
-    Op.UNARY: {1},
-    Op.BINARY: {2},
-    Op.WHERE: {3},
-    Op.CAST: {1},
-    Op.REDUCE: {1, 2},  # discounted_sum reads gamma as operand 1
-    Op.SCAN: {1, 2},  # discounted_cumsum reads gamma as operand 1
-    Op.MATMUL: {2},
-    Op.RESHAPE: {1},
-    Op.PERMUTE: {1},
-    Op.EXPAND: {1},
-    Op.CONCAT: _ANY,
-    Op.SLICE: {1},
-    Op.TAKE: {2},
-    Op.ONE_HOT: {1},
-    Op.ACCESS: {1},
-    Op.MERGE: _ANY,
-    Op.UDF: _ANY,
-    Op.SINK: _ANY,
-}
-
-COMPARISONS = frozenset({"lt", "le", "gt", "ge", "eq", "ne"})
-LOGICAL = frozenset({"logical_and", "logical_or"})
-
+from ..ir.registry import promote
 
 class VerifyError(CompileError):
     """The PDG broke an invariant of :mod:`timerl.passes.verify` (a compiler bug, not a user error)."""
-
-
-def _static(shape) -> bool:
-    return all(isinstance(s, (int, np.integer)) for s in shape)
-
-
-def promote(dtypes) -> np.dtype:
-    """The dtype of a binary op over tensors of ``dtypes`` (the api's rule for tensor operands:
-    numpy's promotion, except that ints with float32 stay float32)."""
-    r = np.result_type(*dtypes)
-    floats = [d for d in dtypes if d.kind == "f"]
-    if floats and r == np.float64 and np.dtype("float64") not in floats:
-        r = max(floats, key=lambda d: d.itemsize)
-    return np.dtype(r)
 
 
 def _same(a, b) -> bool:
@@ -143,8 +100,8 @@ def _check_node(pdg, n, dim_order, allowed, after):
     ins = sorted(raw, key=lambda pe: pe[1].pos)
     if [e.pos for _, e in ins] != list(range(len(ins))):
         _fail(pdg, n, f"operand positions {[e.pos for _, e in ins]} are not 0..{len(ins) - 1}", after)
-    ar = arity_rules.get(node.op, ())
-    if ar is not _ANY and len(ins) not in ar:
+    ar = registry.op(node.op).arity
+    if ar is not None and len(ins) not in ar:
         _fail(pdg, n, f"{node.op.value} takes {sorted(ar)} operands, has {len(ins)}", after)
     if node.op is Op.SINK:
         if node.shapes:
@@ -207,35 +164,18 @@ def _check_branch(pdg, n, node, prod, e, what, after):
 
 
 def _check_types(pdg, n, node, ins, after):
-    op = node.op
+    rule = registry.of(node)
     shapes = [tuple(pdg.rec(p).shapes[e.out]) for p, e in ins]
     dtypes = [np.dtype(pdg.rec(p).dtypes[e.out]) for p, e in ins]
-    if op in (Op.UNARY, Op.BINARY, Op.WHERE, Op.CAST) and all(map(_static, shapes)) and _static(node.shape):
-        want = broadcast(shapes)
-        if want is None or tuple(int(s) for s in node.shape) != want:
-            _fail(pdg, n, f"shape {tuple(node.shape)} is not the broadcast of its operands' {shapes}", after)
-    if op is Op.BINARY:
-        fn = node.attrs["fn"]
-        want = np.dtype(bool) if fn in COMPARISONS or fn in LOGICAL else promote(dtypes)
-        if node.dtype != want:
-            _fail(pdg, n, f"{fn} of {[str(d) for d in dtypes]} has dtype {node.dtype}, expected {want}", after)
-    elif op is Op.WHERE:
-        if dtypes[0] != np.dtype(bool) or node.dtype != promote(dtypes[1:]):
-            _fail(pdg, n, f"where of {[str(d) for d in dtypes]} has dtype {node.dtype}", after)
-    elif op is Op.CAST:
-        if node.dtype != np.dtype(node.attrs["dtype"]):
-            _fail(pdg, n, f"cast to {node.attrs['dtype']} has dtype {node.dtype}", after)
-    elif op is Op.RESHAPE or op is Op.EXPAND:
-        if not _same(node.shape, node.attrs["shape"]) or node.dtype != dtypes[0]:
-            _fail(pdg, n, f"{op.value} to {tuple(node.attrs['shape'])} has shape {tuple(node.shape)}", after)
-    elif op is Op.PERMUTE:
-        axes = tuple(node.attrs["axes"])
-        if sorted(axes) != list(range(len(shapes[0]))) or not _same(node.shape, [shapes[0][a] for a in axes]):
-            _fail(pdg, n, f"permute {axes} of {shapes[0]} has shape {tuple(node.shape)}", after)
-    elif op is Op.CONST:
-        v = node.attrs["value"]
-        if tuple(v.shape) != tuple(node.shape) or v.dtype != node.dtype:
-            _fail(pdg, n, f"constant of {v.shape} {v.dtype} in a node of {tuple(node.shape)} {node.dtype}", after)
+    try:
+        shape = rule.shape(node.attrs, shapes) if rule.shape else None
+        dtype = rule.dtype(node.attrs, dtypes) if rule.dtype else None
+    except ValueError as e:
+        _fail(pdg, n, f"{rule.name} of {shapes} {[str(d) for d in dtypes]}: {e}", after)
+    if shape is not None and not _same(node.shape, shape):
+        _fail(pdg, n, f"{rule.name} of {shapes} has shape {tuple(node.shape)}, expected {tuple(shape)}", after)
+    if dtype is not None and node.dtype != dtype:
+        _fail(pdg, n, f"{rule.name} of {[str(d) for d in dtypes]} has dtype {node.dtype}, expected {dtype}", after)
 
 
-__all__ = ["VerifyError", "arity_rules", "broadcast", "promote", "verify"]
+__all__ = ["VerifyError", "broadcast", "promote", "verify"]

@@ -13,14 +13,16 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import RuntimeFault
-from ..ir.ops import SOURCES, Op
-
-UNCHECKED = SOURCES | {Op.ACCESS, Op.MERGE, Op.SINK}
+from ..ir import registry
 
 
 def checks_finite(node) -> bool:
-    """Whether checking mode checks this op's outputs for inf/NaN (float outputs of computing ops)."""
-    return node.op not in UNCHECKED and any(np.dtype(d).kind in "fc" for d in node.dtypes)
+    """Whether checking mode checks this op's outputs for inf/NaN (float outputs of computing ops:
+    not ``source`` or ``passthrough`` ones)."""
+    rule = registry.op(node.op)
+    if rule.has("source") or rule.has("passthrough"):
+        return False
+    return any(np.dtype(d).kind in "fc" for d in node.dtypes)
 
 
 def finite(v) -> bool:
@@ -40,7 +42,7 @@ def nonfinite_fault(node, where, out, ins, in_names) -> RuntimeFault | None:
     """The fault for ``node`` producing ``out`` from ``ins`` at ``where``, or None when an input is non-finite."""
     if not all(finite(v) for v in ins):
         return None
-    if node.op is Op.REDUCE and any(np.asarray(v).size == 0 for v in ins):
+    if registry.op(node.op).has("reduction") and any(np.asarray(v).size == 0 for v in ins):
         return None  # a reduction of an empty slice: NaN (mean) or -inf (logsumexp) is its defined value
     outs = out if isinstance(out, (tuple, list)) else (out,)
     bad = [np.asarray(o) for o in outs if not finite(o)]

@@ -3,10 +3,10 @@
 Every stored point of a node gets a free statement ``F<n>[x]`` placed at the time of
 its last reader under the computed schedule (the lexicographic maximum of its
 readers' times: after every reader, and as early as that allows), with the trailing
-time dim set past the reader's execution. Donation: an elementwise op may write its
-result into an operand's buffer when, under the schedule, it is that point's last
-reader (checked with isl for every instance), shapes and dtypes agree, and nothing
-else aliases the buffer.
+time dim set past the reader's execution. Donation: a ``donor`` op (registry traits) may
+write its result into an ``owning`` operand's buffer when, under the schedule, it is that
+point's last reader (checked with isl for every instance), shapes and dtypes agree, and
+every reader of the buffer is ``non_aliasing``.
 """
 
 from __future__ import annotations
@@ -17,16 +17,10 @@ import islpy as isl
 import numpy as np
 import sympy
 
+from ..ir import registry
 from ..ir.ops import Op, Slice, is_basis
 from ..ir.polyhedral import sample, stmt
 from .model import access_g
-
-# ops whose output is a fresh array no other value aliases
-OWNING = frozenset({Op.BINARY, Op.WHERE, Op.CAST, Op.MATMUL})
-# consumers that never keep a reference to an operand beyond their execution
-NON_ALIASING = frozenset({Op.UNARY, Op.BINARY, Op.WHERE, Op.CAST, Op.MATMUL, Op.REDUCE, Op.SCAN, Op.SINK,
-                          Op.ONE_HOT})
-DONORS = frozenset({Op.UNARY, Op.BINARY})
 
 
 def free_name(n) -> str:
@@ -123,19 +117,20 @@ def donations(prog, pdg, analysis, problem, T, last: dict) -> dict:
     order = {n: k for g in problem.groups for k, n in enumerate(g.members)}
     for c in problem.of:
         node = pdg.rec(c)
-        if node.op not in DONORS or node.attrs.get("fn") == "detach":
+        if not registry.of(node).has("donor"):
             continue
         if not all(isinstance(s, int) for s in node.shape) or len(node.shape) == 0:
             continue
         for p, e in pdg.inputs(c):
             pn = pdg.rec(p)
-            if p not in last or pn.op not in OWNING or pn.domain != node.domain:
+            if p not in last or not registry.op(pn.op).has("owning") or pn.domain != node.domain:
                 continue
             if tuple(pn.shapes[e.out]) != tuple(node.shape) or np.dtype(pn.dtypes[e.out]) != np.dtype(node.dtype):
                 continue
             if not is_basis(e, pn.domain):
                 continue
-            if any(pdg.rec(q).op not in NON_ALIASING for q, _ in pdg.consumers(p) if q in problem.of):
+            readers = [q for q, _ in pdg.consumers(p) if q in problem.of]
+            if not all(registry.op(pdg.rec(q).op).has("non_aliasing") for q in readers):
                 continue
             # another reader in the same group at the same point that runs after c
             if any(q != c and problem.of.get(q) == problem.of[c] and order[q] > order[c]

@@ -26,11 +26,14 @@ import networkx as nx
 import sympy
 
 from ..errors import CompileError
+from ..ir import registry
 from ..ir.ops import Op, Slice, is_basis
 from ..ir.polyhedral import params_decl, stmt, var
 
-# ops that always form a statement of their own
-_ALONE = frozenset({Op.MERGE, Op.UDF})
+
+def _alone(pdg, n) -> bool:
+    """Node ``n``'s op always forms a statement of its own."""
+    return registry.op(pdg.rec(n).op).has("alone")
 
 
 @dataclasses.dataclass
@@ -190,13 +193,13 @@ def make_groups(pdg, analysis, enabled=True, siblings=True, restrict=None, joins
         # scalar sources (constants, scalar data: no dims, no live inputs) form one statement:
         # nothing they read can depend on anything, so joining them never closes a cycle, and
         # dozens of one-point statements otherwise dominate isl's AST generation
-        src = [n for n in live if not pdg.rec(n).domain and pdg.rec(n).op not in _ALONE
+        src = [n for n in live if not pdg.rec(n).domain and not _alone(pdg, n)
                and not any(p in parent for p, _ in pdg.inputs(n))]
         for n in src[1:]:
             parent[n] = src[0]
             group_of[src[0]] |= group_of.pop(n)
         for c in live:
-            if pdg.rec(c).op in _ALONE:
+            if _alone(pdg, c):
                 continue
             for p, e in pdg.inputs(c):
                 if p not in parent or pdg.rec(p).op is Op.UDF or not _same_point(pdg, c, p, e):
