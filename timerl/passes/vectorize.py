@@ -34,7 +34,8 @@ import numpy as np
 import sympy
 
 from ..ir.analysis import analyze, live_nodes
-from ..ir.ops import Edge, Node, Op, Slice
+from ..ir.ops import Edge, Node, Op, Slice, is_basis
+from .rewrite import forward
 
 I64 = np.dtype("int64")
 SUPPORTED = frozenset({Op.UNARY, Op.BINARY, Op.WHERE, Op.CAST, Op.REDUCE, Op.SCAN, Op.MATMUL, Op.RESHAPE,
@@ -338,9 +339,27 @@ class _Vectorizer:
                 if c in V:
                     continue
                 self._outside_reader(c, p, e)
+        self._drop_identities()
         live = live_nodes(g)
         g.remove_nodes_from([n for n in list(g.nodes) if n not in live])
         return g
+
+    def _drop_identities(self):
+        """Accesses that now read their producer whole at the same point (``x[i, 0:T]`` of a vectorized
+        ``x``) hand their readers to the producer."""
+        g = self.g
+        for c in sorted(g.nodes):
+            node = g.rec(c)
+            if node.op is not Op.ACCESS:
+                continue
+            (p, e), = g.inputs(c)
+            prod = g.rec(p)
+            if p == c or prod.domain != node.domain or not is_basis(e, prod.domain):
+                continue
+            if prod.dtypes[e.out] != node.dtype or self._shape(prod.shapes[e.out]) != self._shape(node.shape):
+                continue
+            forward(g, c, p, out=e.out)
+            g.remove_node(c)
 
     def _add(self, node) -> int:
         n = self.next
