@@ -7,8 +7,8 @@ its axis arguments shift by one (``x[i, t] @ W[i]`` over ``(i, t)`` becomes ``x[
 over ``(i,)``). A learner written per step (``loss[t] = f(params, obs[t])`` read as
 ``loss[i, 0:T]``) so runs as one statement per iteration, like the same program written on slices.
 
-Which ops (``candidates``): the dim's bound is a known int; the op has ``d``, one output, a shape
-free of ``d``, demanded points that are all of ``0 <= d < D`` at every demanded point of the other
+Which ops (``candidates``): the dim's bound is a known int; the op has ``d``, one output, shapes
+(its own and its operands') free of ``d``, demanded points that are all of ``0 <= d < D`` at every demanded point of the other
 dims (checked with isl), and is not a random op, UDF, sink, parameter, or an op on such a cycle
 (the strongly connected parts of the PDG once the edges carried by an outer dim, ``x[i - 1]``, are
 removed); placeholders only when every branch condition has one truth value over ``0 <= d < D``
@@ -156,6 +156,8 @@ class _Vectorizer:
         ins = pdg.inputs(n)
         if any(len(pdg.rec(p).shapes) <= e.out for p, e in ins):
             return False
+        if any(self.d.e in sympy.sympify(s).free_symbols for p, e in ins for s in pdg.rec(p).shapes[e.out]):
+            return False  # a ragged operand (a window x[t:T]) has no leading axis of length D
         if node.op is Op.ACCESS:
             return self._access_ok(n, ins)
         if node.op is Op.MERGE:
