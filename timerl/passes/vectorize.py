@@ -15,7 +15,8 @@ removed); placeholders only when every branch condition has one truth value over
 and no kept branch shifts along ``d``; accesses only when ``d`` is read at ``d`` and nowhere else
 (no other slice). An op is kept only while it is *useful*: some vectorized op reads it, or an
 access reads it through a constant slice along ``d`` (so nothing runs per point that did not
-before, beyond the ops at the boundary). Conditions that cannot be proven leave the op alone.
+before, beyond the ops at the boundary), and only in a connected part of at least ``MIN_OPS``
+computing ops (not data, dim values or accesses). Conditions that cannot be proven leave the op alone.
 
 Edges (Tempo's rule): both ends vectorized: the ``d`` entry disappears from the index; only the
 consumer: it reads the producer at ``0:D`` through an access (or its branch broadcasts a producer
@@ -42,6 +43,7 @@ SUPPORTED = frozenset({Op.UNARY, Op.BINARY, Op.WHERE, Op.CAST, Op.REDUCE, Op.SCA
                        Op.PERMUTE, Op.EXPAND, Op.CONCAT, Op.SLICE, Op.TAKE, Op.ONE_HOT, Op.DATA, Op.DIM_VALUE,
                        Op.ACCESS, Op.MERGE})
 KEEP_FLAGS = ("parameter", "requires_grad")
+MIN_OPS = 3  # a connected part of fewer computing ops stays per point (gathers and takes would cost more)
 PADDED = frozenset({Op.BINARY, Op.WHERE})  # operands broadcast: a batched operand of lower rank is padded
 
 
@@ -279,6 +281,11 @@ class _Vectorizer:
             for n in sorted(V):
                 if not self._keeps(n, V):
                     V.discard(n)
+                    changed = True
+            for part in nx.connected_components(self.pdg.subgraph(V).to_undirected(as_view=True)):
+                ops = [n for n in part if self.pdg.rec(n).op not in (Op.DATA, Op.DIM_VALUE, Op.ACCESS)]
+                if len(ops) < MIN_OPS:
+                    V -= part
                     changed = True
         return V
 
