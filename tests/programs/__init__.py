@@ -45,6 +45,7 @@ PROGRAMS = {
     "random": spatial.build_random,  # uniform, normal, categorical, permutation
     "mlp": spatial.build_mlp,  # tanh(x @ W1 + b1) @ W2 per point and over a whole rollout
     "movement": spatial.build_movement,  # reductions, scans, reshape/concat/stack/take/one_hot
+    "per_t": spatial.build_per_t,  # a loss per step read whole, by a constant slice and point by point
 }
 
 EXPECTED = {
@@ -60,6 +61,7 @@ EXPECTED = {
     "random": spatial.expect_random,
     "mlp": spatial.expect_mlp,
     "movement": spatial.expect_movement,
+    "per_t": spatial.expect_per_t,
 }
 
 

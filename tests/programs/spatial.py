@@ -118,3 +118,36 @@ def expect_movement():
             out["along"][(a, k)] = x
             out["dcum"][(a, k)] = np.array([x[0] + 0.5 * x[1] + 0.25 * x[2], x[1] + 0.5 * x[2], x[2]])
     return out
+
+
+# -- a loss written per step, read over the whole rollout ----------------------------------------
+
+
+def build_per_t():
+    """Per-point ops that need no order along ``t``, read whole (``l[i, 0:T]``), by a constant slice
+    (``h[i, 1:4]``) and point by point by a recurrence (``acc[i, t + 1] = acc + l``)."""
+    prog, (i, t), (I_, T_) = _it()
+    c = Collect()
+    with prog:
+        x = tl.tensor(X, (i, t), name="x")
+        w1, b1, w2 = tl.const(W1, name="w1"), tl.const(B1, name="b1"), tl.const(W2, name="w2")
+        h = tl.tanh(x @ w1 + b1)
+        lg = h @ w2
+        l = (lg - lg.logsumexp(keepdims=True)).max() * (tl.dim_value(t) + 1)   # () per (i, t)
+        tl.sink(l[i, 0:T_].mean(), c("mean"))
+        tl.sink(h[i, 1:4].sum(axis=0), c("part"))
+        acc = tl.placeholder((), "float32", (i, t), name="acc")
+        acc[i, 0] = tl.const(0.0)
+        acc[i, t + 1] = acc + l
+        tl.sink(acc[i, T_], c("acc"))
+    return prog, {"I": I, "T": T}, c
+
+
+def expect_per_t():
+    h = np.tanh(X @ W1 + B1)
+    lg = h @ W2
+    m = lg.max(axis=-1, keepdims=True)
+    lse = np.log(np.exp(lg - m).sum(axis=-1, keepdims=True)) + m
+    l = (lg - lse).max(axis=-1) * (np.arange(T) + 1)[None, :].astype("float32")
+    return {"mean": by_point(l.mean(axis=1), 1), "part": by_point(h[:, 1:4].sum(axis=1), 1),
+            "acc": by_point(l.sum(axis=1), 1)}

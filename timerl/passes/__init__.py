@@ -8,7 +8,8 @@ switched off with ``compile(passes={name: False})``, and in checking mode runs
 
 - ``simplify``: exact algebraic identities and constant folding (:mod:`.simplify`);
 - ``cse``: one node per distinct computation (:mod:`.cse`);
-- ``dce``: drop what no sink or parameter update demands (:mod:`.dce`).
+- ``dce``: drop what no sink or parameter update demands (:mod:`.dce`);
+- ``vectorize``: a dim that needs no order becomes a leading spatial axis (:mod:`.vectorize`).
 
 Names the scheduler reads (not PDG rewrites): ``"group"`` (one isl statement per group of
 ops joined at the same point).
@@ -22,9 +23,10 @@ from ..errors import CompileError
 from .cse import cse
 from .dce import dce
 from .simplify import simplify
+from .vectorize import vectorize
 from .verify import VerifyError, verify
 
-PIPELINE = [("simplify", simplify), ("cse", cse), ("dce", dce)]
+PIPELINE = [("simplify", simplify), ("cse", cse), ("dce", dce), ("vectorize", vectorize)]
 SCHEDULER_SWITCHES = ("group",)
 
 
