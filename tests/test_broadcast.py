@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import timerl as tl
-from timerl.kernels import cpu
+from timerl.kernels import statement
 
 # 0-d, size-1 axes, missing leading axes, both operands stretched ((4, 1) with (1, 3)), in 1-3 dims
 SHAPES = [(), (1,), (3,), (4, 1), (1, 3), (2, 1, 3), (2, 4, 1)]
@@ -109,15 +109,17 @@ def test_issue_example_x_over_exp_zeros():
     ((4,), (4, 3), False), ((2, 4, 3), (4, 3), False), ((1, 4, 3), (4, 3), False), ((3, 1), (4, 3), False),
 ])
 def test_broadcasts_to_follows_numpy(shape, target, ok):
-    assert cpu.broadcasts_to(shape, target) is ok
+    assert statement.broadcasts_to(shape, target) is ok
     numpy_ok = _broadcastable(shape, target) and np.broadcast_shapes(shape, target) == target
     assert numpy_ok is ok
 
 
 def test_operand_index_reads_broadcast_axes_at_zero():
-    # ranks aligned on the right; missing leading axes and length-1 axes read at 0
-    assert cpu.operand_index((3,), (2, 4, 3)) == "0, 0, j2"
-    assert cpu.operand_index((4, 1), (2, 4, 3)) == "0, j1, 0"
-    assert cpu.operand_index((2, 1, 3), (2, 4, 3)) == "j0, 0, j2"
-    assert cpu.operand_index((2, 4, 3), (2, 4, 3)) == "j0, j1, j2"
-    assert cpu.operand_index((1, 1), (1, 1)) == "j0, j1"
+    # ranks aligned on the right; missing leading axes dropped, length-1 axes read at 0
+    j = ["j0", "j1", "j2"]
+    assert statement.operand_index((3,), (2, 4, 3), j) == "j2"
+    assert statement.operand_index((4, 1), (2, 4, 3), j) == "j1, 0"
+    assert statement.operand_index((2, 1, 3), (2, 4, 3), j) == "j0, 0, j2"
+    assert statement.operand_index((2, 4, 3), (2, 4, 3), j) == "j0, j1, j2"
+    assert statement.operand_index((1, 1), (1, 1), j[:2]) == "j0, j1"
+    assert statement.operand_index((), (2, 4, 3), j) == "0"  # a 0-d value: an array of shape (1,) in a kernel

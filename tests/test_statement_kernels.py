@@ -1,11 +1,13 @@
 """Statement kernels (timerl.kernels.statement): every op kind a kernel computes, against numpy
 and the reference executor; random draws value for value; errors from inside a kernel named."""
 
+import hashlib
+
 import numpy as np
 import pytest
 
 import timerl as tl
-from timerl.kernels import statement
+from timerl.kernels import cpu, statement
 
 
 def _run(build, bounds, backend, check=False):
@@ -112,13 +114,9 @@ def test_nan_propagates_through_kernel_reductions_like_numpy():
 
 def test_kernels_compile_once_at_compile_time():
     """Every kernel holds exactly one compiled signature after a run: nothing compiled mid-run."""
-    got, exe = _run(lambda i: _ops(i, "float32"), {"I": 2}, "numba")
-    from timerl.kernels import cpu
-
+    _, exe = _run(lambda i: _ops(i, "float32"), {"I": 2}, "numba")
     assert exe.plan.kernels
     for kid in exe.plan.kernels:
         src = exe.plan.kernels[kid]
-        import hashlib
-
         kern = cpu._loaded[hashlib.sha1(src.encode()).hexdigest()[:16]]
         assert len(kern.signatures) == 1

@@ -1,18 +1,11 @@
-"""numba kernels for chains of elementwise ops joined at one point (CPU backend).
+"""Loading numba kernels: the on-disk kernel cache and compilation at compile time.
 
-A *chain* is a run of UNARY/BINARY ops of one group (same domain, same point) that
-share one static shape ``S`` and one float dtype, each reading a chain member. Operands
-from outside the chain may have any shape that broadcasts to ``S`` under NumPy's rules
-(0-d values, size-1 axes, missing leading axes); a member whose own shape differs from
-``S`` starts a new chain, where the old chain's output is such an operand.
-
-A chain becomes one loop nest over ``S`` in which every operand is indexed by its own
-shape (NumPy's alignment of trailing axes; index 0 along an axis of length 1 or a
-missing leading axis, which the caller pads with length-1 axes). The source is written
-to the kernel cache (:mod:`timerl.kernels.cache`, named by the hash of the source) and compiled with
-``numba.njit(cache=True, error_model="numpy")`` (IEEE results like numpy's, e.g.
-x / 0 = inf, never a Python ZeroDivisionError); the outputs are the members read
-outside the chain, arrays of shape ``S``.
+Generated kernel sources (:mod:`timerl.kernels.statement`) are written to the kernel cache
+(:mod:`timerl.kernels.cache`, named by the hash of the source) and compiled with numba's
+on-disk cache (``cache=True``), so a program compiled again, in any process, loads its
+kernels. :func:`prewarm` compiles a program's new kernels in worker processes, one per core;
+:func:`load` compiles (or loads) one kernel for its one signature ``SIG`` and then disables
+the dispatcher's compiling, so nothing compiles mid-run.
 """
 
 from __future__ import annotations
@@ -23,128 +16,10 @@ import os
 import sys
 import tempfile
 
-import numpy as np
-
 from ..config import config
-from ..ir.ops import Op, broadcast
 from . import cache
 
-# exp, log and tanh stay with numpy: numba calls scalar libm for them (no SVML in pip's llvmlite),
-# several times slower than numpy's SIMD loops (CartPole PPO: 14.4k env steps/s with a fused
-# bias-add + tanh kernel against 17.7k without); vectorizable forms are the compile issue's work
-EXPR = {
-    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
-    "minimum": "np.minimum({0}, {1})", "maximum": "np.maximum({0}, {1})",
-    "neg": "(-{0})", "sqrt": "np.sqrt({0})", "abs": "abs({0})", "relu": "np.maximum({0}, Z)",
-}
-FLOATS = (np.dtype("float32"), np.dtype("float64"))
-
 _loaded: dict = {}
-
-
-def kernelable(pdg, n) -> bool:
-    node = pdg.rec(n)
-    return (node.op in (Op.UNARY, Op.BINARY) and node.attrs.get("fn") in EXPR and np.dtype(node.dtype) in FLOATS
-            and all(isinstance(s, int) for s in node.shape) and len(node.shape) >= 1)
-
-
-def broadcasts_to(shape, target) -> bool:
-    """Whether an operand of ``shape`` broadcasts to ``target`` (NumPy's rules)."""
-    return all(isinstance(s, int) for s in shape) and broadcast([shape, target]) == tuple(target)
-
-
-def chains(pdg, members) -> list[list]:
-    """Maximal runs of kernelable members of one shape and dtype, each reading the run, in member order."""
-    out, cur = [], []
-    for n in members:
-        node = pdg.rec(n)
-        ok = kernelable(pdg, n)
-        if ok:
-            for p, e in pdg.inputs(n):
-                pn = pdg.rec(p)
-                if not broadcasts_to(pn.shapes[e.out], node.shape) or np.dtype(pn.dtypes[e.out]) != np.dtype(node.dtype):
-                    ok = False
-        if ok and cur and (tuple(pdg.rec(cur[0]).shape) != tuple(node.shape)
-                           or pdg.rec(cur[0]).dtype != node.dtype
-                           or not any(p in cur for p, _ in pdg.inputs(n))):
-            out.append(cur)
-            cur = []
-        if ok:
-            cur.append(n)
-        else:
-            if cur:
-                out.append(cur)
-            cur = []
-    if cur:
-        out.append(cur)
-    return [c for c in out if len(c) >= 2]
-
-
-def render(pdg, chain, outputs) -> tuple[str, list, bool]:
-    """Kernel source, its external operands [(producer, edge, shape)] in parameter order, and
-    whether it is *flat*.
-
-    A flat kernel (every array operand has the chain's shape, the common case) is one loop
-    over the elements: it takes the element count and each operand as a C-contiguous 1-d
-    array (the caller ravels it), so the loop vectorizes. Otherwise the kernel takes the
-    chain's shape and each operand as a C-contiguous array of the chain's rank (the caller
-    prepends axes of length 1 to one of lower rank), indexed by its own static shape: ``0``
-    along its axes of length 1 where the chain's is longer (NumPy's broadcasting), the loop
-    index elsewhere. 0-d operands come as Python floats. Extents are parameters, not
-    constants, so one kernel serves every shape with the same ops, rank, dtype and
-    broadcast pattern.
-    """
-    node0 = pdg.rec(chain[0])
-    target = tuple(node0.shape)
-    dt = np.dtype(node0.dtype).name
-    ext, names = [], {}
-    local = {n: j for j, n in enumerate(chain)}  # names by position, so equal chains share one source
-    for n in chain:
-        for p, e in pdg.inputs(n):
-            if p not in local and (p, e.out) not in names:
-                names[(p, e.out)] = len(ext)
-                ext.append((p, e, tuple(pdg.rec(p).shapes[e.out])))
-    flat = all(s == target for _, _, s in ext if s)
-    rank = 1 if flat else len(target)
-    at = ", ".join(f"j{a}" for a in range(rank))
-    ind = "    " * (rank + 1)
-    body = []
-    for n in chain:
-        args = []
-        for p, e in pdg.inputs(n):
-            if p in local:
-                args.append(f"t{local[p]}")
-                continue
-            k = names[(p, e.out)]
-            shape = ext[k][2]
-            args.append(f"x{k}" if not shape else f"x{k}[j0]" if flat else f"x{k}[{operand_index(shape, target)}]")
-        body.append(f"{ind}t{local[n]} = np.{dt}({EXPR[pdg.rec(n).attrs['fn']].format(*args)})")
-    params = ", ".join(["shape"] + [f"x{k}" for k in range(len(ext))])
-    # the types the interpreter passes: the extents, C-contiguous arrays (read-only accepts writable
-    # ones too), floats for 0-d
-    arr = f"numba.types.Array(numba.{dt}, {rank}, 'C', readonly=True)"
-    sig = "(" + ", ".join([f"numba.types.UniTuple(numba.int64, {rank})"]
-                          + [arr if s else "numba.float64" for _, _, s in ext]) + ",)"
-    src = ["import numpy as np", "import numba", "", f"Z = np.{dt}(0)", f"SIG = {sig}", "",
-           "@numba.njit(cache=True, fastmath=False, error_model=\"numpy\")", f"def kernel({params}):"]
-    for k, (_, _, s) in enumerate(ext):
-        if not s:
-            src.append(f"    x{k} = np.{dt}(x{k})")
-    for o in outputs:
-        src.append(f"    o{local[o]} = np.empty(shape, np.{dt})")
-    for a in range(rank):
-        src.append("    " * (a + 1) + f"for j{a} in range(shape[{a}]):")
-    src += body
-    src += [f"{ind}o{local[o]}[{at}] = t{local[o]}" for o in outputs]
-    src.append(f"    return ({''.join(f'o{local[o]}, ' for o in outputs)})")
-    return "\n".join(src) + "\n", ext, flat
-
-
-def operand_index(shape, target) -> str:
-    """Index of an operand of ``shape`` at the loop point over ``target`` (ranks aligned on the right)."""
-    off = len(target) - len(shape)
-    return ", ".join("0" if a < off or (shape[a - off] == 1 and target[a] != 1) else f"j{a}"
-                     for a in range(len(target)))
 
 
 def _write(src: str) -> tuple[str, str]:

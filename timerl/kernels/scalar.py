@@ -6,8 +6,8 @@ inlines them into the kernels' loops, which still vectorize.
 
 import math
 
-import numpy as np
 import numba
+import numpy as np
 
 G = np.uint64(0x9E3779B97F4A7C15)
 M1 = np.uint64(0xBF58476D1CE4E5B9)

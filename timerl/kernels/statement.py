@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir import registry
 from ..ir.ops import Op, broadcast
 
 FLOATS = (np.dtype("float32"), np.dtype("float64"))
@@ -38,19 +39,10 @@ FLOATS = (np.dtype("float32"), np.dtype("float64"))
 #: (measured: 64x64x64 inline 21 us vs BLAS 26 us; 256x64x64 inline 120 us vs BLAS 40 us)
 BLAS_MACS = 1 << 17
 
-# scalar templates over {0}, {1}: numpy's result for every input, NaN and inf included
-_TANH32 = "tanh32({0})"
-ARITH = {
-    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
-    "pow": "({0} ** {1})",
-    "minimum": "({0} if ({0} <= {1} or {0} != {0}) else {1})",
-    "maximum": "({0} if ({0} >= {1} or {0} != {0}) else {1})",
-    "neg": "(-{0})", "abs": "abs({0})", "sqrt": "math.sqrt({0})", "exp": "math.exp({0})", "log": "math.log({0})",
-    "relu": "({0} if ({0} > 0 or {0} != {0}) else Z)", "detach": "{0}", "sign": "np.sign({0})",
-}
-COMPARE = {"lt": "({0} < {1})", "le": "({0} <= {1})", "gt": "({0} > {1})", "ge": "({0} >= {1})",
-           "eq": "({0} == {1})", "ne": "({0} != {1})"}
-LOGICAL = {"logical_and": "({0} and {1})", "logical_or": "({0} or {1})", "logical_not": "(not {0})"}
+# The scalar templates are the registry's (``OpDef.expr``, checked against numpy there, NaN, inf and
+# signed zeros included); the kernels replace float32 tanh (and sigmoid, which numpy computes through
+# tanh) by the vectorizable rational form
+INT_ARITH = frozenset({"add", "sub", "mul", "minimum", "maximum", "neg", "abs"})  # int64 = numpy's, no division
 
 PRELUDE = """import math
 import numpy as np
@@ -86,22 +78,23 @@ def scalar_template(node, in_dtypes):
     """The scalar expression of an elementwise node over its operands, or None."""
     op, fn, dt = node.op, node.attrs.get("fn"), np.dtype(node.dtype)
     if op is Op.UNARY or op is Op.BINARY:
-        if fn in ARITH and dt in FLOATS and all(d in FLOATS for d in in_dtypes):
-            if fn in ("tanh",):
-                return None
-            return ARITH[fn]
-        if fn == "tanh" and dt in FLOATS and all(d == dt for d in in_dtypes):
-            return _TANH32 if dt == np.float32 else "math.tanh({0})"
-        if fn == "sigmoid" and dt in FLOATS and all(d == dt for d in in_dtypes):
-            t = _TANH32.format("(np.float32(0.5) * {0})") if dt == np.float32 else "math.tanh(0.5 * {0})"
+        floats = dt in FLOATS and all(d == dt for d in in_dtypes)
+        if fn == "tanh" and floats and dt == np.float32:
+            return "tanh32({0})"
+        if fn == "sigmoid" and floats:
+            t = "tanh32(np.float32(0.5) * {0})" if dt == np.float32 else "math.tanh(0.5 * {0})"
             return f"(0.5 * ({t} + 1.0))"
-        if fn in COMPARE and dt == np.bool_ and all(d.kind in "fiub" for d in in_dtypes):
-            return COMPARE[fn]
-        if fn in LOGICAL and dt == np.bool_ and all(d == np.bool_ for d in in_dtypes):
-            return LOGICAL[fn]
-        if fn in ("add", "sub", "mul", "minimum", "maximum", "neg", "abs") and dt == np.int64 and all(
-                d == np.int64 for d in in_dtypes):
-            return ARITH[fn]
+        d = registry.fn_of(op, fn)
+        if d.expr is None:
+            return None
+        if "bool_result" in d.traits:  # comparisons and logical ops: numba compares mixed types as numpy does
+            ok = all(x == np.bool_ for x in in_dtypes) if "bool_operands" in d.traits else all(
+                x.kind in "fiub" for x in in_dtypes)
+            return d.expr if dt == np.bool_ and ok else None
+        if dt in FLOATS and all(x in FLOATS for x in in_dtypes):
+            return d.expr
+        if fn in INT_ARITH and dt == np.int64 and all(x == np.int64 for x in in_dtypes):
+            return d.expr
         return None
     if op is Op.WHERE:
         return "({1} if {0} else {2})" if in_dtypes[0] == np.bool_ else None
@@ -112,6 +105,11 @@ def scalar_template(node, in_dtypes):
             return "{0}"
         return None
     return None
+
+
+def broadcasts_to(shape, target) -> bool:
+    """Whether an operand of ``shape`` broadcasts to ``target`` (NumPy's rules)."""
+    return all(isinstance(s, int) for s in shape) and broadcast([shape, target]) == tuple(target)
 
 
 def renderable(pdg, n, dims=None) -> bool:
@@ -127,8 +125,7 @@ def renderable(pdg, n, dims=None) -> bool:
         return False
     op = node.op
     if op in (Op.UNARY, Op.BINARY, Op.WHERE, Op.CAST):
-        shapes = [tuple(s) for _, _, s, _ in ins]
-        if broadcast(shapes + [tuple(node.shape)]) != tuple(node.shape):
+        if not all(broadcasts_to(tuple(s), tuple(node.shape)) for _, _, s, _ in ins):
             return False
         return scalar_template(node, [d for *_, d in ins]) is not None
     if op is Op.MATMUL:

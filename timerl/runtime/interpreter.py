@@ -240,54 +240,6 @@ class Lowering:
             return L + [f"live -= s{n}.free({k})"]
         return L + [f"v = s{n}.pop({k}, None)", "if v is not None:", f"    live -= {nb}"]
 
-    def kernel_lines(self, chain, g) -> list[str]:
-        """One numba kernel call computing a chain of elementwise ops; stores the values read outside it.
-
-        In checking mode the kernel returns every member, so an inf/NaN made inside the chain
-        and turned finite again later in it (``1 / exp(x)``) is still seen."""
-        outputs = [n for n in chain if any(c not in chain for c, _ in self.pdg.consumers(n))]
-        returned = list(chain) if self.mode == "check" else outputs
-        for n in chain:  # a kernel writes fresh outputs: no member writes into an operand's buffer
-            self.donated.pop(n, None)
-        if self.mode == "plan":  # the bytes of the outputs the run stores; the other members never are
-            k = self.key(g.domain)
-            return [ln for o in outputs for ln in self.plan_lines(o, self.pdg.rec(o), self.pdg.inputs(o), k)]
-        src, ext, flat = cpu.render(self.pdg, chain, returned)
-        kern = cpu.load(src)
-        kid = f"K{chain[0]}"
-        self.kernels[kid] = src
-        self.ns[kid] = kern
-        target = tuple(self.pdg.rec(chain[0]).shape)
-        size = int(np.prod(target))
-        args = [self.sym(f"shape{chain[0]}", (size,) if flat else target)]
-        for p, e, shape in ext:
-            a = self.read(chain[0], p, e)
-            if self.mode == "check":  # the kernel indexes each operand by its declared shape: hold it to that
-                want = self.sym(f"shp{p}_{e.out}", shape)
-                a = f"chk_shape({a}, {want}, {p}, {chain[0]})"
-            if not shape:
-                a = f"float({a})"
-            elif flat:
-                a = f"{a}.ravel()"  # a view when contiguous (the usual case), else a contiguous copy
-            elif len(shape) < len(target):  # prepend length-1 axes: the kernel takes arrays of the chain's rank
-                pad = (1,) * (len(target) - len(shape)) + shape  # per rank: chains of other ranks read p too
-                a = f"np.ascontiguousarray({a}).reshape({self.sym(f'pad{p}_{e.out}_{len(target)}', pad)})"
-            else:
-                a = f"np.ascontiguousarray({a})"
-            args.append(a)
-        k = self.key(g.domain)
-        L = [f"r = {kid}({', '.join(args)})"]
-        if self.mode == "check":
-            L += ["if not finite(r):", f"    chain_fault({self.sym(f'chain{chain[0]}', (chain, ext))}, r, [{', '.join(args)}], {k})"]
-        tshape = self.sym(f"tshape{chain[0]}", target)
-        for o in outputs:
-            L.append(f"o = r[{returned.index(o)}]" + (f".reshape({tshape})" if flat else ""))
-            L += [f"live += s{o}.put({k}, o)"] if o in self.kinds else [f"s{o}[{k}] = o", "live += o.nbytes"]
-            if self.mode == "check":
-                L.append(f"fr{o}.discard({k})")
-            self.stored.add(o)
-        return L
-
     def _render(self, seg, returned):
         key = (tuple(seg), tuple(returned))
         if key not in self._rendered:
