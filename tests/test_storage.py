@@ -264,17 +264,17 @@ def test_checking_mode_catches_a_block_point_freed_before_its_reader():
 
 
 def test_numba_planned_peak_counts_what_its_kernels_store():
-    """Fused chains store only their outputs and never write in place: the plan (and so a
+    """Statement kernels store only their outputs and never write in place: the plan (and so a
     memory_budget) counts the same bytes as the numba run, not the numpy run's."""
     prog = tl.Program("t")
     (t,), (T,) = prog.dims, prog.bounds
     x = np.linspace(-1, 1, 6 * 64, dtype="float32").reshape(6, 64)
     with prog:
         xt = tl.tensor(x, (t,), name="x")
-        y = (xt * 2.0 + 1.0) * xt - 0.5          # one fused chain, one output
-        z = tl.exp(y) * y + y                    # exp stays numpy; the rest fuses again
+        y = (xt * 2.0 + 1.0) * xt - 0.5          # members read only inside the kernel: never stored
+        z = tl.exp(y) * y + y
         tl.sink(z.sum(), lambda v, p: None)
     exe = prog.compile({"T": 6}, backend="numba")
     exe.run()
-    assert exe.stats["kernels"] >= 2
+    assert exe.stats["kernels"] >= 1 and "evaluate(" not in exe.source
     assert exe.planned_peak() == exe.stats["peak_bytes"]

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import registry
-from ..ir.ops import Op, broadcast
+from ..ir.ops import Op, broadcast, is_basis
 
 FLOATS = (np.dtype("float32"), np.dtype("float64"))
 #: at least this many multiply-adds, a matmul calls BLAS (np.dot); fewer, inline loops
@@ -223,7 +223,9 @@ def order(pdg, members, ok) -> list:
     sources) go first, kernel members next as far as they can, other interpreter members
     (UDFs, sinks, random draws) as late as their consumers allow."""
     mem = set(members)
-    deps = {n: {p for p, _ in pdg.inputs(n) if p in mem} for n in members}
+    # same-point dependences only: a placeholder or access reading another point of a member (p[i - 1])
+    # reads an earlier execution of the statement
+    deps = {n: {p for p, e in pdg.inputs(n) if p in mem and is_basis(e, pdg.rec(p).domain)} for n in members}
     pos = {n: i for i, n in enumerate(members)}
     done, out = set(), []
     early = (Op.ACCESS, Op.MERGE, Op.CONST, Op.DATA, Op.DIM_VALUE)
