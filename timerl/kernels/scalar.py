@@ -119,46 +119,94 @@ def scatter(xf, idx, outf):
 
 
 @numba.njit(cache=True, error_model="numpy")
+def _reduce_row(x, fn, a, out):
+    """reduce3 for one ``a`` with C == 1: a scalar accumulator along r."""
+    R = x.shape[1]
+    if fn <= 1 or fn == 4:
+        s = 0.0
+        for r in range(R):
+            s += x[a, r, 0]
+        mu = s / R
+        if fn == 4:
+            s = 0.0
+            for r in range(R):
+                d = x[a, r, 0] - mu
+                s += d * d
+            out[a, 0] = math.sqrt(s / R)
+        else:
+            out[a, 0] = mu if fn == 1 else s
+    elif fn <= 3:
+        m = x[a, 0, 0]
+        for r in range(1, R):
+            v = x[a, r, 0]
+            if m == m and (v != v or (v > m if fn == 2 else v < m)):
+                m = v
+        out[a, 0] = m
+    else:
+        m = -np.inf
+        for r in range(R):
+            v = x[a, r, 0]
+            if v > m or v != v:
+                m = v
+        if not np.isfinite(m):
+            m = 0.0
+        s = 0.0
+        for r in range(R):
+            s += math.exp(np.float64(x[a, r, 0]) - m)
+        out[a, 0] = math.log(s) + m
+
+
+@numba.njit(cache=True, error_model="numpy")
 def reduce3(x, fn, out):
     """Reduce x[a, r, c] over r into out[a, c] (float64 accumulators). fn: 0 sum, 1 mean, 2 max,
-    3 min, 4 std, 5 logsumexp; max/min/logsumexp propagate NaN like numpy."""
+    3 min, 4 std, 5 logsumexp; max/min/logsumexp propagate NaN like numpy. With C > 1 the inner
+    loop runs along c (contiguous rows, vectorized), accumulating one row of C at a time."""
     A, R, C = x.shape
     for a in range(A):
-        for c in range(C):
-            if fn <= 1:
-                s = 0.0
+        if C == 1:
+            _reduce_row(x, fn, a, out)
+            continue
+        acc = np.zeros(C)
+        if fn <= 1 or fn == 4:
+            for r in range(R):
+                for c in range(C):
+                    acc[c] += x[a, r, c]
+            for c in range(C):
+                acc[c] /= R if fn != 0 else 1
+            if fn == 4:
+                sq = np.zeros(C)
                 for r in range(R):
-                    s += x[a, r, c]
-                out[a, c] = s / R if fn == 1 else s
-            elif fn <= 3:
-                m = x[a, 0, c]
-                for r in range(1, R):
+                    for c in range(C):
+                        d = x[a, r, c] - acc[c]
+                        sq[c] += d * d
+                for c in range(C):
+                    acc[c] = math.sqrt(sq[c] / R)
+        elif fn <= 3:
+            for c in range(C):
+                acc[c] = x[a, 0, c]
+            for r in range(1, R):
+                for c in range(C):
                     v = x[a, r, c]
+                    m = acc[c]
                     if m == m and (v != v or (v > m if fn == 2 else v < m)):
-                        m = v
-                out[a, c] = m
-            elif fn == 4:
-                s = 0.0
-                for r in range(R):
-                    s += x[a, r, c]
-                mu = s / R
-                s = 0.0
-                for r in range(R):
-                    d = x[a, r, c] - mu
-                    s += d * d
-                out[a, c] = math.sqrt(s / R)
-            else:
-                m = -np.inf
-                for r in range(R):
+                        acc[c] = v
+        else:
+            m = np.full(C, -np.inf)
+            for r in range(R):
+                for c in range(C):
                     v = x[a, r, c]
-                    if v > m or v != v:
-                        m = v
-                if not np.isfinite(m):
-                    m = 0.0
-                s = 0.0
-                for r in range(R):
-                    s += math.exp(np.float64(x[a, r, c]) - m)
-                out[a, c] = math.log(s) + m
+                    if v > m[c] or v != v:
+                        m[c] = v
+            for c in range(C):
+                if not np.isfinite(m[c]):
+                    m[c] = 0.0
+            for r in range(R):
+                for c in range(C):
+                    acc[c] += math.exp(np.float64(x[a, r, c]) - m[c])
+            for c in range(C):
+                acc[c] = math.log(acc[c]) + m[c]
+        for c in range(C):
+            out[a, c] = acc[c]
 
 
 @numba.njit(cache=True)

@@ -502,6 +502,14 @@ class Render:
             x, _, _ = self.arg(p, e)
             self.emit(f"{v} = {x}.reshape({out})")
             return
+        if node.op is Op.PERMUTE and tuple(node.attrs["axes"]) == (1, 0) and n not in self.returned and all(
+                self.pdg.rec(c).op is Op.MATMUL for c, _ in self.pdg.consumers(n)) and all(
+                c in self.local for c, _ in self.pdg.consumers(n)):
+            # a transpose read only by matmuls: a view (numba's np.dot hands BLAS the transposed layout)
+            (p, e) = self.pdg.inputs(n)[0]
+            x, _, _ = self.arg(p, e)
+            self.emit(f"{v} = {x}.T")
+            return
         idx = gathers(self.pdg, n)
         self.emit(f"{v} = np.empty({out}, np.{dt})")
         self.emit(f"{v}f = {v}.reshape({size})")
