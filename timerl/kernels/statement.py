@@ -35,9 +35,11 @@ from ..ir import registry
 from ..ir.ops import Op, broadcast, is_basis
 
 FLOATS = (np.dtype("float32"), np.dtype("float64"))
-#: at least this many multiply-adds, a matmul calls BLAS (np.dot); fewer, inline loops
-#: (measured: 64x64x64 inline 21 us vs BLAS 26 us; 256x64x64 inline 120 us vs BLAS 40 us)
-BLAS_MACS = 1 << 17
+#: at least this many multiply-adds, a matmul calls BLAS (np.dot inside the kernel); fewer, an
+#: inline loop. Measured here (one thread, float32, us): 8x64x64 inline 6.7 / BLAS 2.1;
+#: 256x64x64 198 / 27.5; 256x64x2 53.6 / 2.9; 8x4x64 1.2 / 1.5; numpy's own matmul 1.6, 26.4,
+#: 2.4, 0.9: BLAS from numba costs what numpy's does, and wins from about 1k multiply-adds
+BLAS_MACS = 1024
 
 # The scalar templates are the registry's (``OpDef.expr``, checked against numpy there, NaN, inf and
 # signed zeros included); the kernels replace float32 tanh (and sigmoid, which numpy computes through
