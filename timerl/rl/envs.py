@@ -162,7 +162,7 @@ class GymEnv:
         a = np.asarray(a)
         if self.num_actions is not None:
             a = a.astype(np.int64)
-            if a.min() < 0 or a.max() >= self.num_actions:
+            if not (0 <= a.min() and a.max() < self.num_actions):
                 raise EnvError(f"{self.env_id}: actions must be in 0..{self.num_actions - 1}, got {a}")
         else:
             a = np.clip(a.astype(np.float32), self.action_low, self.action_high)
@@ -263,10 +263,11 @@ class Env:
         raw = self.impl.raw_rewards(r) if hasattr(self.impl, "raw_rewards") else r
         self._ret += np.asarray(raw, np.float64).reshape(self.num_envs)
         self._len += 1
-        for k in np.flatnonzero(done):
-            self.episode_returns.append((self.env_steps, float(self._ret[k]), int(self._len[k])))
-        self._ret[done] = 0.0
-        self._len[done] = 0
+        if done.any():  # most steps end no episode: skip the bookkeeping of those that do
+            for k in np.flatnonzero(done):
+                self.episode_returns.append((self.env_steps, float(self._ret[k]), int(self._len[k])))
+            self._ret[done] = 0.0
+            self._len[done] = 0
         return np.asarray(obs, np.float32).reshape(self.observation_shape), r, done
 
     def recent_return(self, k=10):
