@@ -9,22 +9,16 @@ import math
 import numba
 import numpy as np
 
-G = np.uint64(0x9E3779B97F4A7C15)
-M1 = np.uint64(0xBF58476D1CE4E5B9)
-M2 = np.uint64(0x94D049BB133111EB)
-D = np.uint64(0xD1B54A32D192ED03)
+from ..ir import rng
+
+G = rng._G
+D = np.uint64(0xD1B54A32D192ED03)  # rng.bits' final xor
 ONE = np.uint64(1)
 LANE = np.uint64(0x100000000)
 
 
-@numba.njit(cache=True)
-def mix(z):
-    # timerl.ir.rng._mix (splitmix64's finalizer), in uint64 only
-    z = z ^ (z >> np.uint64(30))
-    z = z * M1
-    z = z ^ (z >> np.uint64(27))
-    z = z * M2
-    return z ^ (z >> np.uint64(31))
+# timerl.ir.rng's splitmix64 finalizer itself, compiled for uint64 scalars
+mix = numba.njit(cache=True)(rng._mix)
 
 
 @numba.njit(cache=True)

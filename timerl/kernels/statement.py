@@ -29,10 +29,13 @@ kernel; :func:`timerl.kernels.cpu.load` caches it on disk keyed by the source.
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from ..ir import registry
 from ..ir.ops import Op, broadcast, is_basis
+from . import scalar
 
 FLOATS = (np.dtype("float32"), np.dtype("float64"))
 #: at least this many multiply-adds, a matmul calls BLAS (np.dot inside the kernel); fewer, an
@@ -46,7 +49,11 @@ BLAS_MACS = 1024
 # tanh) by the vectorizable rational form
 INT_ARITH = frozenset({"add", "sub", "mul", "minimum", "maximum", "neg", "abs"})  # int64 = numpy's, no division
 
-PRELUDE = """import math
+# numba's on-disk cache of a kernel does not notice a change to the helpers it calls (their code is
+# compiled into the kernel's): the helpers' source hash is part of every kernel's source
+_HELPERS = hashlib.sha1(open(scalar.__file__, "rb").read()).hexdigest()[:12]
+PRELUDE = f"""# timerl statement kernel; helpers timerl/kernels/scalar.py {_HELPERS}
+import math
 import numpy as np
 import numba
 from timerl.kernels.scalar import (D, G, LANE, ONE, dot, gather, matmul_small, mix, permutation,  # noqa: F401
