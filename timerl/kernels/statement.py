@@ -422,6 +422,13 @@ class Render:
         if fn in REDUCE3 and list(axes) == list(range(min(axes), max(axes) + 1)):
             pre = int(np.prod([int(s) for s in sx[:min(axes)]]))
             post = int(np.prod([int(s) for s in sx[max(axes) + 1:]]))
+            if fn in ("sum", "mean") and pre == 1 and post >= 8 and count * post >= BLAS_MACS:
+                # column sums of a (count, post) matrix: ones @ x through BLAS (a 128000x64 column sum:
+                # 3 ms against 45 ms for the row-accumulating loop, whose accumulators stay in memory)
+                self.emit(f"{acc} = dot(np.ones({count}, np.{dt}), {x}.reshape(({count}, {post})))")
+                scale = f" * np.{dt}({1.0 / count!r})" if fn == "mean" else ""
+                self.emit(f"{v} = ({acc}{scale}).reshape({st(out)})")
+                return
             self.emit(f"{acc} = np.empty(({pre}, {post}), np.{dt})")
             self.emit(f"reduce3({x}.reshape(({pre}, {count}, {post})), {REDUCE3[fn]}, {acc})")
             self.emit(f"{v} = {acc}.reshape({st(out)})")
