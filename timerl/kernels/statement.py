@@ -43,6 +43,8 @@ FLOATS = (np.dtype("float32"), np.dtype("float64"))
 #: 256x64x64 198 / 27.5; 256x64x2 53.6 / 2.9; 8x4x64 1.2 / 1.5; numpy's own matmul 1.6, 26.4,
 #: 2.4, 0.9: BLAS from numba costs what numpy's does, and wins from about 1k multiply-adds
 BLAS_MACS = 1024
+#: from this many multiply-adds on, numpy's matmul itself (see Render.matmul)
+NUMPY_MACS = 1 << 22
 
 # The scalar templates are the registry's (``OpDef.expr``, checked against numpy there, NaN, inf and
 # signed zeros included); the kernels replace float32 tanh (and sigmoid, which numpy computes through
@@ -388,6 +390,14 @@ class Render:
         v = f"v{self.local[n]}"
         a2 = a if len(sa) == 2 else f"{a}.reshape((1, {k}))"
         b2 = b if len(sb) == 2 else f"{b}.reshape(({k}, 1))"
+        if m * k * nn >= NUMPY_MACS:
+            # numpy's own matmul, from inside the kernel (objmode: about 15 us to enter): numba's np.dot
+            # copies a transposed operand first (x.T @ g, 128000x64: 32 ms against numpy's 17)
+            w = self.fresh()
+            self.emit(f"with numba.objmode({w}='{dt}[:, ::1]'):")
+            self.emit(f"{w} = np.ascontiguousarray(np.matmul({a2}, {b2}))", 2)
+            self.emit(f"{v} = {w}.reshape({st(node.shape)})")
+            return
         if m * k * nn >= BLAS_MACS:
             self.emit(f"{v} = dot({a2}, {b2}).reshape({st(node.shape)})")
             return
