@@ -180,33 +180,38 @@ def renderable(pdg, n, dims=None) -> bool:
         if any(d != dt for *_, d in ins):
             return False
         try:
-            gathers(pdg, n)
+            gathers(pdg, n, probe=True)
         except Exception:  # noqa: BLE001 - an index numpy rejects: the interpreter reports it at run time
             return False
         return True
     return False
 
 
-def gathers(pdg, n) -> list:
+def gathers(pdg, n, probe=False) -> list:
     """Compile-time index arrays of a movement op: per input, where its elements go (CONCAT) or,
-    for the single input, which input element each output element reads."""
+    for the single input, which input element each output element reads. ``probe``: only check
+    that numpy accepts the op's index and shapes (on zero-stride arrays: nothing allocated)."""
     node = pdg.rec(n)
     ins = _ins(pdg, n)
     out = tuple(int(s) for s in node.shape)
     size = int(np.prod(out, dtype=np.int64))
     if node.op is Op.CONCAT:
-        dst = np.arange(size, dtype=np.int64).reshape(out)
+        dst = np.broadcast_to(np.int64(0), out) if probe else np.arange(size, dtype=np.int64).reshape(out)
         ax, at, res = node.attrs["axis"], 0, []
         for _, _, s, _ in ins:
             s = tuple(int(x) for x in s)
             if len(s) != len(out) or any(s[a] != out[a] for a in range(len(out)) if a != ax):
                 raise ValueError("concat operands broadcast")
             key = (slice(None),) * ax + (slice(at, at + s[ax]),)
-            res.append(np.ascontiguousarray(dst[key]).ravel())
+            if not probe:
+                res.append(np.ascontiguousarray(dst[key]).ravel())
             at += s[ax]
         return res
     sx = tuple(int(x) for x in ins[0][2])
-    src = np.arange(int(np.prod(sx, dtype=np.int64)), dtype=np.int64).reshape(sx)
+    if probe:
+        src = np.broadcast_to(np.int64(0), sx)
+    else:
+        src = np.arange(int(np.prod(sx, dtype=np.int64)), dtype=np.int64).reshape(sx)
     if node.op is Op.PERMUTE:
         g = np.transpose(src, node.attrs["axes"])
     elif node.op is Op.EXPAND:
@@ -215,7 +220,7 @@ def gathers(pdg, n) -> list:
         g = src[tuple(node.attrs["key"])]
     if tuple(g.shape) != out:
         raise ValueError("movement shape")
-    return [np.ascontiguousarray(g).ravel()]
+    return [] if probe else [np.ascontiguousarray(g).ravel()]
 
 
 def operand_index(shape, target, names) -> str:
@@ -240,6 +245,8 @@ def order(pdg, members, ok) -> list:
     pos = {n: i for i, n in enumerate(members)}
     done, out = set(), []
     early = (Op.ACCESS, Op.MERGE, Op.CONST, Op.DATA, Op.DIM_VALUE)
+    judged = {n: ok(n) for n in members}
+    ok = judged.__getitem__
     while len(done) < len(members):
         ready = [n for n in members if n not in done and deps[n] <= done]
         first = [n for n in ready if not ok(n) and pdg.rec(n).op in early]
