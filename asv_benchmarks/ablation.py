@@ -85,13 +85,15 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--iterations", type=int, default=4)
     ap.add_argument("--backend", default="numba")
+    ap.add_argument("--skip", default="", help="comma-separated passes not to switch off (e.g. group: with grouping off "
+                                               "every op is a statement, hundreds of kernels to compile)")
     ap.add_argument("--out", default=os.path.join(ROOT, "asv_benchmarks", "results", "ablation.md"))
     ns = ap.parse_args(argv)
     flags = dict(CARTPOLE, backend=ns.backend, algo=ns.algo, iterations=ns.iterations)
     if ns.algo == "reinforce":
         flags.pop("epochs")
         flags.pop("minibatches")
-    names = variants()
+    names = [v for v in variants() if v not in ns.skip.split(",")]
     results = {off: [] for off in names}
     for rep in range(ns.reps):
         for k in range(len(names)):
