@@ -53,14 +53,19 @@ def expect_random(seed=0):
 # -- an MLP forward pass over (i, t) ----------------------------------------------------------
 
 
+def _mlp(i, t):
+    """The MLP's input, first weight, hidden layer and logits over (i, t) (inside the program's ``with``)."""
+    x = tl.tensor(X, (i, t), name="x")
+    w1, b1, w2 = tl.const(W1, name="w1"), tl.const(B1, name="b1"), tl.const(W2, name="w2")
+    h = tl.tanh(x @ w1 + b1)
+    return x, w1, h, h @ w2
+
+
 def build_mlp():
     prog, (i, t), (I_, T_) = _it()
     c = Collect()
     with prog:
-        x = tl.tensor(X, (i, t), name="x")
-        w1, b1, w2 = tl.const(W1, name="w1"), tl.const(B1, name="b1"), tl.const(W2, name="w2")
-        h = tl.tanh(x @ w1 + b1)
-        logits = h @ w2
+        x, w1, _, logits = _mlp(i, t)
         tl.sink(logits, c("logits"))
         tl.sink(logits.logsumexp(), c("lse"))
         tl.sink(logits.argmax(), c("greedy"))
@@ -129,10 +134,7 @@ def build_per_t():
     prog, (i, t), (I_, T_) = _it()
     c = Collect()
     with prog:
-        x = tl.tensor(X, (i, t), name="x")
-        w1, b1, w2 = tl.const(W1, name="w1"), tl.const(B1, name="b1"), tl.const(W2, name="w2")
-        h = tl.tanh(x @ w1 + b1)
-        lg = h @ w2
+        _, _, h, lg = _mlp(i, t)
         l = (lg - lg.logsumexp(keepdims=True)).max() * (tl.dim_value(t) + 1)   # () per (i, t)
         tl.sink(l[i, 0:T_].mean(), c("mean"))
         tl.sink(h[i, 1:4].sum(axis=0), c("part"))
