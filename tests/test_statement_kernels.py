@@ -31,6 +31,10 @@ def _ops(i, dtype):
     v = tl.tensor(rng.normal(size=(3,)).astype(dtype), name="v")
     idx = tl.tensor(np.array([[4, -1, 0], [2, 2, -5]], dtype=np.int64), domain=(i,), name="idx")
     rows = tl.tensor(np.array([[0, 2, 1, 2, 0], [1, 1, 0, 2, 2]], dtype=np.int64), domain=(i,), name="rows")
+    wide = tl.tensor(rng.normal(size=(2, 64, 16)).astype(dtype), domain=(i,), name="wide")  # column sums via BLAS
+    cube = tl.tensor(rng.normal(size=(2, 3, 4, 5)).astype(dtype), domain=(i,), name="cube")
+    huge_a = tl.tensor(rng.normal(size=(2, 256, 128)).astype(dtype), domain=(i,), name="huge_a")
+    huge_w = tl.tensor(rng.normal(size=(128, 128)).astype(dtype), name="huge_w")        # 4.2M MACs: numpy's matmul
     h = tl.tanh(a @ w_small)                                                            # (5, 4) inline loops
     outs = [
         h, a @ v, v @ w_small, big_a @ w_big,
@@ -39,6 +43,9 @@ def _ops(i, dtype):
         a.take(idx, axis=0), a.take_along_axis(rows.reshape(5, 1), axis=1),
         tl.one_hot(rows, 3), a.transpose(1, 0), v.expand(4, 3), a.spatial[1:4, ::2], tl.concat([a, h.spatial[:, :3]], axis=0),
         tl.exp(a) / (1.0 + tl.exp(-a)), tl.where(a > 0.5, a, a * 0.1), tl.sigmoid(a),
+        wide.sum(axis=0), wide.mean(axis=0, keepdims=True), wide.max(axis=0), wide.std(axis=0),
+        wide.logsumexp(axis=0), wide.argmax(axis=0), cube.sum(axis=(0, 2)), cube.max(axis=(0, 2), keepdims=True),
+        huge_a @ huge_w, big_a.transpose(1, 0) @ big_a,                                   # a transpose read by BLAS
     ]
     return outs
 
@@ -120,3 +127,29 @@ def test_kernels_compile_once_at_compile_time():
         src = exe.plan.kernels[kid]
         kern = cpu._loaded[hashlib.sha1(src.encode()).hexdigest()[:16]]
         assert len(kern.signatures) == 1
+
+
+def test_operands_that_are_not_contiguous_or_of_another_dtype_are_converted():
+    """Data given as a Fortran-ordered float64 array of a float32 program: the kernel call is
+    rejected by numba's signature and made again with converted copies (values unchanged)."""
+    x = np.asfortranarray(np.linspace(-2, 2, 2 * 6 * 5).reshape(2, 6, 5))[:, :, ::-1]
+
+    def build(i):
+        t = tl.tensor(x, domain=(i,), name="x")            # float64, strided per point
+        return [tl.tanh(t * 2.0) + t, (t * t).sum(axis=1)]
+
+    want, _ = _run(build, {"I": 2}, "reference")
+    got, calls = {}, []
+    prog = tl.Program("i")
+    with prog:
+        outs = build(prog.dims[0])
+        tl.sink(outs, lambda v, p: got.__setitem__(p["i"], [np.array(a) for a in v]))
+    exe = prog.compile(bounds={"I": 2}, backend="numba")
+    ns = exe._run.__globals__
+    conv = ns["conv_call"]
+    ns["conv_call"] = lambda *a: calls.append(1) or conv(*a)
+    exe.run()
+    assert calls  # the converting path really ran
+    for k in range(2):
+        for g, w in zip(got[k], want[k]):
+            np.testing.assert_allclose(g, w, rtol=1e-12)

@@ -45,9 +45,9 @@ def _import(h: str, path: str):
 
 
 def _compile_file(job):
-    h, path = job
-    _import(h, path).kernel.compile(_import(h, path).SIG)  # writes numba's on-disk cache
-    return h
+    mod = _import(*job)
+    mod.kernel.compile(mod.SIG)  # writes numba's on-disk cache
+    return job[0]
 
 
 def _compiled(h: str, path: str) -> bool:

@@ -61,16 +61,6 @@ def gather(store, out, ent, spatial, dtype):
     return np.zeros(lens + tuple(s if isinstance(s, int) else 0 for s in spatial), dtype)
 
 
-def _argc(x, dt):
-    """An operand as a statement kernel takes it: a C-contiguous array of its dtype (no copy when it is one)."""
-    return np.ascontiguousarray(x, dt)
-
-
-def _arg0d(x, dt):
-    """A 0-d operand as a statement kernel takes it: an array of shape (1,)."""
-    return np.ascontiguousarray(x, dt).reshape(1)
-
-
 def gather_keys(ent):
     return list(itertools.product(*[r if isinstance(r, range) else (r,) for r in ent]))
 
@@ -98,7 +88,8 @@ class Lowering:
         self.groups, self.tree, self.donated, self.mode = groups, tree, donated, mode
         self.ns = {"np": np, "gather": gather, "gather_keys": gather_keys, "RuntimeFault": RuntimeFault,
                    "call_udf": call_udf, "call_sink": call_sink, "ro": _readonly, "evaluate": evaluate, "rng": rng,
-                   "min": min, "max": max, "A1": _arg0d, "AC": _argc, "seg_fault": self._seg_fault}
+                   "min": min, "max": max, "seg_fault": self._seg_fault,
+                   "conv_call": self._conv_call}
         self.stored = set()
         self._rendered = {}
 
@@ -286,12 +277,11 @@ class Lowering:
             for p, e in self.pdg.inputs(n):
                 readers.setdefault((p, e.out), n)
         args = []
-        for p, e, shape, dt in ext:
+        for p, e, shape, _ in ext:
             a = self.read(readers[(p, e.out)], p, e)
-            d = self.sym(f"dt{p}_{e.out}", dt)
             if self.mode == "check":  # the kernel indexes each operand by its declared shape: hold it to that
                 a = f"chk_shape({a}, {self.sym(f'shp{p}_{e.out}', tuple(shape))}, {p}, {readers[(p, e.out)]})"
-            args.append(f"A1({a}, {d})" if not len(shape) else f"AC({a}, {d})")
+            args.append(a if len(shape) else f"{a}.reshape(1)")  # a 0-d value: shape (1,) in a kernel
         for j, c in enumerate(consts):
             args.append(self.sym(f"kc{seg[0]}_{j}", c))
         args += [f"d_{d}" for d in dims]
@@ -299,7 +289,11 @@ class Lowering:
             args.append(self.sym(f"key{r}", rng.base_key(self.seed, self.pdg.rec(r).attrs["stream"])))
         k = self.key(g.domain)
         info = self.sym(f"seg{seg[0]}", (seg, ext))
+        # operands go as they are: numba rejects (TypeError, nothing compiled) one that is not a
+        # C-contiguous array of the kernel's dtype, and conv_call converts them and calls again
         L = ["try:", f"    r = {kid}({', '.join(args)})",
+             "except TypeError:",
+             f"    r = conv_call({kid}, {info}, [{', '.join(args)}], {k})",
              "except (IndexError, ValueError, ZeroDivisionError) as err:",
              f"    seg_fault({info}, [{', '.join(args)}], {k}, err)"]
         if self.mode == "check":
@@ -528,6 +522,17 @@ class Lowering:
         raise RuntimeFault(f"non-finite check: the numba kernel of {[self.pdg.rec(m).name for m in seg]} produced "
                            f"inf/NaN at point ({self._where(seg[0], k)}) where numpy's rules give finite values "
                            "(a backend defect: please report it with this program)")
+
+    def _conv_call(self, kern, seg_ext, args, k):
+        """Call a statement kernel whose operands were not all C-contiguous arrays of its dtypes
+        (a strided view, data of another dtype): converted copies; a kernel error becomes a fault."""
+        ext = seg_ext[1]
+        args = [np.ascontiguousarray(a, dt).reshape(statement.st(shape)) for a, (_, _, shape, dt) in zip(args, ext)] + \
+            list(args[len(ext):])
+        try:
+            return kern(*args)
+        except (IndexError, ValueError, ZeroDivisionError) as err:
+            self._seg_fault(seg_ext, args, k, err)
 
     def _seg_fault(self, seg_ext, args, k, err):
         """A statement kernel raised: replay it with numpy's rules, whose op names the tensor and the point."""
