@@ -1,16 +1,19 @@
-"""The interpreter: the schedule tree lowered once into Python source and compiled.
+"""The interpreter: a lowered program (:mod:`timerl.runtime.lowered`) rendered as Python source.
 
-Each group statement becomes one Python function (its members' evaluations in order,
-index expressions inlined as Python arithmetic), each free one function, and the
-schedule's loops plain Python loops calling them; so a run costs one call per
-statement instance plus the ops themselves. Values live in one store per node: a dict
-from point to array, or, where the memory plan chose it (``kinds``), a block store or
-circular buffer (:mod:`timerl.runtime.stores`) whose slice reads are views of one array;
-``live``/``peak`` count the bytes of stored values (a block's whole allocation while live).
+Each statement becomes one Python function (its steps in order: an op evaluated with numpy's
+rules, or one call of a statement kernel), each free one function, and the schedule's loops
+plain Python loops calling them; so a run costs one call per statement instance plus the
+ops themselves. Values live in one store per node, as the lowered program's buffers say: a
+*slot* (one closure variable: the memory plan proved that at most one point is live at a
+time, so no key is built or hashed), a block store or circular buffer
+(:mod:`timerl.runtime.stores`) whose slice reads are views of one array, or a table of
+points. ``live``/``peak`` count the bytes of stored values.
 
-Modes: ``"run"`` evaluates; ``"check"`` also verifies that every read happens after
-its write and before its free; ``"plan"`` only counts bytes (the planned peak, no
-numpy work).
+:class:`Render` renders a run. Checking and planning are instrumentations of that rendering
+(subclasses that override the hooks for reads, writes, frees and values):
+:class:`CheckRender` also verifies that every read happens after its write and before its
+free, that kernel operands have their declared shapes and that no op turns finite values
+into inf/NaN; :class:`PlanRender` only counts bytes (the planned peak, no numpy work).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from ..ir.semantics import BINARY, UNARY, evaluate
 from ..kernels import cpu, statement
 from ..schedule.tree import outer_loops, render, ticked, trip_count, walk
 from .checks import checks_finite, finite, nonfinite_fault
+from .lowered import lower
 from .reference import _readonly, call_sink, call_udf
 from .stores import BlockStore
 
@@ -73,25 +77,63 @@ def _probe(fn, dtypes):
         return None
 
 
-class Lowering:
-    """Renders the Python source of one schedule for one mode."""
+def fast_ufunc(pdg, n):
+    """``(fn, result dtype)`` when numpy evaluates op ``n`` as one direct call, else None."""
+    node = pdg.rec(n)
+    if node.op not in (Op.UNARY, Op.BINARY):
+        return None
+    fn = (UNARY if node.op is Op.UNARY else BINARY).get(node.attrs.get("fn"))
+    if fn is None:
+        return None
+    got = _probe(fn, [pdg.rec(p).dtypes[e.out] for p, e in pdg.inputs(n)])
+    return None if got is None else (fn, got)
 
-    def __init__(self, prog, pdg, bounds, seed, groups, tree, donated, mode="run", backend="numpy", inline=None,
-                 kinds=None):
-        self.prog, self.pdg, self.bounds, self.seed = prog, pdg, bounds, seed
-        self.inline = inline or {}
-        # block stores and circular buffers (memory.Storage); every other node: a dict of points
-        self.kinds = {n: st for n, st in (kinds or {}).items() if st.kind != "points"}
-        # an op never writes in place into a block or ring (other points share the array)
-        donated = {c: pos for c, pos in donated.items() if pdg.inputs(c)[pos][0] not in self.kinds}
-        self.backend, self.kernels = backend, {}
-        self.groups, self.tree, self.donated, self.mode = groups, tree, donated, mode
+
+def in_place(pdg, n) -> bool:
+    """Whether op ``n`` can write its result into an operand's buffer (a ufunc with ``out=``
+    that gives the op's own dtype): a donation to any other op is declined."""
+    f = fast_ufunc(pdg, n)
+    return f is not None and isinstance(f[0], np.ufunc) and f[1] == np.dtype(pdg.rec(n).dtype)
+
+
+def nbytes_of(node):
+    """The bytes of one point of ``node`` when its shapes are static, else None."""
+    total = 0
+    for shape, dt in zip(node.shapes, node.dtypes):
+        if not all(isinstance(s, int) for s in shape):
+            return None
+        total += int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize
+    return total
+
+
+class SlotStore:
+    """The slots of a rendered program seen as one store: its length is the number of slots
+    holding a value; ``clear()`` empties them."""
+
+    def __init__(self, held, drop):
+        self._held, self._drop = held, drop
+
+    def __len__(self):
+        return self._held()
+
+    def clear(self):
+        self._drop()
+
+
+class Render:
+    """Python source of a lowered program that runs it (see the module docstring)."""
+
+    def __init__(self, prog, pdg, bounds, seed, low, backend):
+        self.prog, self.pdg, self.bounds, self.seed, self.low, self.backend = prog, pdg, bounds, seed, low, backend
+        self.slots = sorted(n for n, b in low.buffers.items() if b.kind == "slot")
+        self.blocks = {n: b.storage for n, b in low.buffers.items() if b.kind in ("block", "circular")}
+        self.stored = set(low.buffers)
+        self.kernels = {}
         self.ns = {"np": np, "gather": gather, "gather_keys": gather_keys, "RuntimeFault": RuntimeFault,
                    "call_udf": call_udf, "call_sink": call_sink, "ro": _readonly, "evaluate": evaluate, "rng": rng,
-                   "min": min, "max": max, "seg_fault": self._seg_fault,
-                   "conv_call": self._conv_call}
-        self.stored = set()
+                   "min": min, "max": max, "seg_fault": self._seg_fault, "conv_call": self._conv_call}
         self._rendered = {}
+        self._assigned = set()  # closure variables assigned by the function being rendered
 
     # names ---------------------------------------------------------------------------
     def names(self, domain):
@@ -100,72 +142,95 @@ class Lowering:
         return out
 
     @staticmethod
-    def key(dims):
+    def key(dims, own=None):
+        """The point key of ``dims``; ``K_`` (built once per execution) for the statement's own."""
+        if own is not None and tuple(dims) == tuple(own) and dims:
+            return "K_"
         return "(" + "".join(f"d_{d.name}, " for d in dims) + ")"
 
     def sym(self, name, value):
         self.ns[name] = value
         return name
 
-    # reads ---------------------------------------------------------------------------
-    def read(self, n, p, e):
-        """Python expression for operand ``e`` of node ``n`` (producer ``p``)."""
+    def nb(self, n, v):
+        """Python expression of the bytes of value ``v`` of node ``n``."""
+        node = self.pdg.rec(n)
+        k = nbytes_of(node)
+        if k is not None:
+            return str(k)
+        return f"sum(x.nbytes for x in {v})" if len(node.shapes) > 1 else f"{v}.nbytes"
+
+    # reads (hooks) ---------------------------------------------------------------------
+    def operand(self, n, p, e, own):
+        """Python expression for operand ``e`` of node ``n`` (producer ``p``) in a statement over ``own``."""
         node, pnode = self.pdg.rec(n), self.pdg.rec(p)
-        multi = len(pnode.shapes) > 1
-        sfx = f"[{e.out}]" if multi and self.mode != "plan" else ""
         if node.op in (Op.ACCESS, Op.MERGE):
             nm = self.names(node.domain)
-            parts = []
-            for ent in e.index:
-                if isinstance(ent, Slice):
-                    parts.append(f"range({to_py(ent.start, nm)}, {to_py(ent.stop, nm)})")
-                else:
-                    parts.append(to_py(ent, nm))
-            ent = "(" + "".join(p_ + ", " for p_ in parts) + ")"
+            parts = [f"range({to_py(x.start, nm)}, {to_py(x.stop, nm)})" if isinstance(x, Slice) else to_py(x, nm)
+                     for x in e.index]
+            ent = "(" + "".join(q + ", " for q in parts) + ")"
             if any(isinstance(x, Slice) for x in e.index):
-                if self.mode == "plan":
-                    return "0"
-                if p in self.kinds:
-                    got = f"s{p}.gather({ent})"
-                    if self.mode == "check":
-                        return f"chk_many(s{p}, fr{p}, gather_keys({ent}), {p}, {n}) or {got}"
-                    return got
-                if self.mode == "check":
-                    return (f"chk_many(s{p}, fr{p}, gather_keys({ent}), {p}, {n}) or "
-                            f"gather(s{p}, {e.out if multi else None}, {ent}, "
-                            f"{self.sym(f'sp{p}_{e.out}', pnode.shapes[e.out])}, {self.sym(f'dt{p}_{e.out}', pnode.dtypes[e.out])})")
-                return (f"gather(s{p}, {e.out if multi else None}, {ent}, "
-                        f"{self.sym(f'sp{p}_{e.out}', pnode.shapes[e.out])}, {self.sym(f'dt{p}_{e.out}', pnode.dtypes[e.out])})")
+                return self.read_slices(n, p, e, ent)
             key = ent
         else:
-            key = self.key(pnode.domain)
-        if self.mode == "check":
-            return f"chk(s{p}, fr{p}, {key}, {p}, {n}){sfx}"
-        return f"s{p}[{key}]{sfx}"
+            key = self.key(pnode.domain, own)
+        return self.read_point(n, p, e.out, key)
 
-    # one node ------------------------------------------------------------------------
-    def node_lines(self, n) -> list[str]:
+    def _sfx(self, p, out):
+        return f"[{out}]" if len(self.pdg.rec(p).shapes) > 1 else ""
+
+    def read_point(self, n, p, out, key):
+        return (f"v{p}" if p in self.slots else f"s{p}[{key}]") + self._sfx(p, out)
+
+    def read_slices(self, n, p, e, ent):
+        if p in self.blocks:
+            return f"s{p}.gather({ent})"
+        pnode = self.pdg.rec(p)
+        multi = len(pnode.shapes) > 1
+        return (f"gather(s{p}, {e.out if multi else None}, {ent}, "
+                f"{self.sym(f'sp{p}_{e.out}', pnode.shapes[e.out])}, {self.sym(f'dt{p}_{e.out}', pnode.dtypes[e.out])})")
+
+    # writes and frees (hooks) -------------------------------------------------------------
+    def write(self, n, key, v="o"):
+        if n in self.blocks:
+            return [f"live += s{n}.put({key}, {v})"]
+        if n in self.slots:
+            self._assigned.add(f"v{n}")
+            return [f"v{n} = {v}", f"live += {self.nb(n, v)}"]
+        return [f"s{n}[{key}] = {v}", f"live += {self.nb(n, v)}"]
+
+    def drop(self, n, key, var="v"):
+        """Release the value of ``n`` at ``key`` (a free, or a donation handing its buffer over)."""
+        if n in self.blocks:
+            return [f"live -= s{n}.free({key})"]
+        if n in self.slots:
+            self._assigned.add(f"v{n}")
+            return [f"if v{n} is not None:", f"    live -= {self.nb(n, f'v{n}')}", f"    v{n} = None"]
+        return [f"{var} = s{n}.pop({key}, None)", f"if {var} is not None:", f"    live -= {self.nb(n, var)}"]
+
+    def free(self, n, key):
+        return self.drop(n, key)
+
+    def take(self, p, key):
+        """A donation: the operand's buffer now holds the consumer's value."""
+        return self.drop(p, key, "dv")
+
+    # values (hooks) -----------------------------------------------------------------------
+    def value(self, step, own):
+        """Lines computing op ``step.node``'s value ``o`` at the statement's point."""
+        n = step.node
         node, op = self.pdg.rec(n), self.pdg.rec(n).op
         ins = self.pdg.inputs(n)
-        k = self.key(node.domain)
+        k = self.key(node.domain, own)
+        args = [self.operand(n, p, e, own) for p, e in ins]
         L = []
-        fast = self._fast(n, node, ins) if op in (Op.UNARY, Op.BINARY) else None
-        if n in self.donated and not fast:
-            # only a direct ufunc call writes in place (and _fast declines casts): the plan
-            # must count the same bytes as the run
-            del self.donated[n]
-        if self.mode == "plan":
-            return self.plan_lines(n, node, ins, k)
-        args = [self.read(n, p, e) for p, e in ins]
         if op is Op.MERGE:
             nm = self.names(node.domain)
             for j, ((p, e), a) in enumerate(zip(ins, args)):
                 c = cond_to_py(sympy.sympify(e.cond), nm) if e.cond is not None else "True"
-                L.append(f"{'if' if j == 0 else 'elif'} {c}:")
-                L.append(f"    o = {a}")
-            L.append("else:")
+                L += [f"{'if' if j == 0 else 'elif'} {c}:", f"    o = {a}"]
             msg = f"placeholder {node.name!r}: no branch applies at point "
-            L.append(f"    raise RuntimeFault({msg!r} + str({k}))")
+            L += ["else:", f"    raise RuntimeFault({msg!r} + str({k}))"]
         elif op is Op.ACCESS:
             L.append(f"o = {args[0]}")
         elif op is Op.CONST:
@@ -185,142 +250,160 @@ class Lowering:
             v = f"[{', '.join(vs)}]" if node.attrs["multi"] else vs[0]
             pt = "{" + ", ".join(f"'{d.name}': d_{d.name}" for d in node.domain) + "}"
             L.append(f"call_sink({self.sym(f'node{n}', node)}, {v}, {pt})")
-            return L
-        elif fast:
-            fn, cast = fast
-            pos = self.donated.get(n)
-            if pos is not None:
-                p, e = ins[pos]
-                pk = self.key(self.pdg.rec(p).domain)
-                L.append(f"o = {fn}({', '.join(args)}, out={args[pos]})")
-                L.append(f"dv = s{p}.pop({pk}, None)")
-                L.append("if dv is not None: live -= dv.nbytes")
-                if self.mode == "check":
-                    L.append(f"fr{p}.add({pk})")
+        elif fast_ufunc(self.pdg, n) is not None:
+            fn, got = fast_ufunc(self.pdg, n)
+            name = self.sym(f"uf{n}", fn)
+            if step.donate is not None:
+                p, _ = ins[step.donate]
+                L.append(f"o = {name}({', '.join(args)}, out={args[step.donate]})")
+                L += self.take(p, self.key(self.pdg.rec(p).domain, own))
             else:
-                L.append(f"o = {fn}({', '.join(args)})" + (f".astype({cast})" if cast else ""))
+                cast = "" if got == node.dtype else f".astype({self.sym(f'dt{n}', np.dtype(node.dtype))})"
+                L.append(f"o = {name}({', '.join(args)}){cast}")
         else:
             ctx = self.sym(f"ctx{n}", Ctx(node, self.names(node.domain)))
             L.append(f"{ctx}.point = {k}")
             L.append(f"o = evaluate({self.sym(f'node{n}', node)}, [{', '.join(args)}], 0, {ctx})[0]")
-        if self.mode == "check" and checks_finite(node):
-            if n in self.donated:  # the input buffer is overwritten: judge the inputs before the op
-                L.insert(0, f"fin_in = finite([{', '.join(args)}])")
-                L += ["if not finite(o) and fin_in:", f"    nonfinite({n}, {k}, o, None)"]
-            else:
-                L += ["if not finite(o):", f"    nonfinite({n}, {k}, o, [{', '.join(args)}])"]
-        self.stored.add(n)
-        if n in self.kinds:
-            L.append(f"live += s{n}.put({k}, o)")
-        elif len(node.shapes) > 1:
-            L += [f"s{n}[{k}] = o", "live += sum(x.nbytes for x in o)"]
-        else:
-            L += [f"s{n}[{k}] = o", "live += o.nbytes"]
-        if self.mode == "check":
-            L.append(f"fr{n}.discard({k})")
+        return L, args
+
+    def op_lines(self, step, own):
+        L, _ = self.value(step, own)
+        for o in step.outputs:
+            L += self.write(o, self.key(self.pdg.rec(o).domain, own))
         return L
 
-    def free_lines(self, n) -> list[str]:
-        node = self.pdg.rec(n)
-        k = self.key(node.domain)
-        nb = "v" if self.mode == "plan" else ("sum(x.nbytes for x in v)" if len(node.shapes) > 1 else "v.nbytes")
-        L = []
-        if self.mode == "check":
-            L += [f"if {k} not in fr{n}:", f"    if {k} not in s{n}: bad_free({n}, {k})", f"    fr{n}.add({k})"]
-        if n in self.kinds:
-            return L + [f"live -= s{n}.free({k})"]
-        return L + [f"v = s{n}.pop({k}, None)", "if v is not None:", f"    live -= {nb}"]
-
+    # statement kernels --------------------------------------------------------------------
     def _render(self, seg, returned):
         key = (tuple(seg), tuple(returned))
         if key not in self._rendered:
             self._rendered[key] = statement.render(self.pdg, seg, returned)
         return self._rendered[key]
 
-    def segments(self, g):
-        """``statement.order`` of group ``g``'s members on this backend."""
-        dims = [d.name for d in g.domain]
-        return statement.order(self.pdg, g.members, lambda n: statement.renderable(self.pdg, n, dims))
+    def returned(self, step):
+        """The members a kernel returns (a run: the stored ones)."""
+        return list(step.outputs)
 
     def prewarm(self):
         """Render every statement kernel first and compile the new ones in parallel (cpu.prewarm)."""
-        srcs = []
-        for g in self.groups:
-            for kind, seg in self.segments(g):
-                if kind == "seg":
-                    inseg = set(seg)
-                    outputs = [n for n in seg if any(c not in inseg for c, _ in self.pdg.consumers(n))]
-                    srcs.append(self._render(seg, list(seg) if self.mode == "check" else outputs)[0])
-        cpu.prewarm(srcs)
+        cpu.prewarm([self._render(st.members, self.returned(st))[0]
+                     for s in self.low.statements for st in s.steps if st.kind == "kernel"])
 
-    def segment_lines(self, seg, g) -> list[str]:
-        """One statement-kernel call computing the segment ``seg``; stores the members read outside it.
+    def kernel_call(self, step, own, args, info):
+        kid = f"K{step.node}"
+        k = self.key(own, own)
+        # operands go as they are: numba rejects (TypeError, nothing compiled) one that is not a
+        # C-contiguous array of the kernel's dtype, and conv_call converts them and calls again
+        return ["try:", f"    r = {kid}({', '.join(args)})",
+                "except TypeError:",
+                f"    r = conv_call({kid}, {info}, [{', '.join(args)}], {k})",
+                "except (IndexError, ValueError, ZeroDivisionError) as err:",
+                f"    seg_fault({info}, [{', '.join(args)}], {k}, err)"]
 
-        In checking mode the kernel returns every member, so an inf/NaN made inside and turned
-        finite again later (``1 / exp(x)``) is still seen; a kernel's IndexError (a take out of
-        range) is replayed with numpy's rules to name the tensor and the point."""
-        inseg = set(seg)
-        outputs = [n for n in seg if any(c not in inseg for c, _ in self.pdg.consumers(n))]
-        returned = list(seg) if self.mode == "check" else outputs
-        for n in seg:  # a kernel writes fresh outputs: no member writes into an operand's buffer
-            self.donated.pop(n, None)
-        if self.mode == "plan":  # the bytes of the outputs the run stores; the other members never are
-            k = self.key(g.domain)
-            return [ln for o in outputs for ln in self.plan_lines(o, self.pdg.rec(o), self.pdg.inputs(o), k)]
+    def kernel_operand(self, p, e, shape, reader, own):
+        a = self.operand(reader, p, e, own)
+        return a if len(shape) else f"{a}.reshape(1)"  # a 0-d value: shape (1,) in a kernel
+
+    def kernel_lines(self, step, own):
+        """One statement-kernel call computing ``step.members``; stores its outputs."""
+        seg, returned = step.members, self.returned(step)
         src, ext, consts, dims, keys = self._render(seg, returned)
-        kern = cpu.load(src)
-        kid = f"K{seg[0]}"
+        kid = f"K{step.node}"
         self.kernels[kid] = src
-        self.ns[kid] = kern
+        self.ns[kid] = cpu.load(src)
         readers = {}
         for n in seg:
             for p, e in self.pdg.inputs(n):
                 readers.setdefault((p, e.out), n)
-        args = []
-        for p, e, shape, _ in ext:
-            a = self.read(readers[(p, e.out)], p, e)
-            if self.mode == "check":  # the kernel indexes each operand by its declared shape: hold it to that
-                a = f"chk_shape({a}, {self.sym(f'shp{p}_{e.out}', tuple(shape))}, {p}, {readers[(p, e.out)]})"
-            args.append(a if len(shape) else f"{a}.reshape(1)")  # a 0-d value: shape (1,) in a kernel
-        for j, c in enumerate(consts):
-            args.append(self.sym(f"kc{seg[0]}_{j}", c))
+        args = [self.kernel_operand(p, e, shape, readers[(p, e.out)], own) for p, e, shape, _ in ext]
+        args += [self.sym(f"kc{step.node}_{j}", c) for j, c in enumerate(consts)]
         args += [f"d_{d}" for d in dims]
         for r in keys:  # the random op's key before the point: of the seed and its stream
             args.append(self.sym(f"key{r}", rng.base_key(self.seed, self.pdg.rec(r).attrs["stream"])))
-        k = self.key(g.domain)
-        info = self.sym(f"seg{seg[0]}", (seg, ext))
-        # operands go as they are: numba rejects (TypeError, nothing compiled) one that is not a
-        # C-contiguous array of the kernel's dtype, and conv_call converts them and calls again
-        L = ["try:", f"    r = {kid}({', '.join(args)})",
-             "except TypeError:",
-             f"    r = conv_call({kid}, {info}, [{', '.join(args)}], {k})",
-             "except (IndexError, ValueError, ZeroDivisionError) as err:",
-             f"    seg_fault({info}, [{', '.join(args)}], {k}, err)"]
-        if self.mode == "check":
-            L += ["if not finite(r):", f"    chain_fault({info}, r, [{', '.join(args)}], {k})"]
-        for o in outputs:
+        info = self.sym(f"seg{step.node}", (seg, ext))
+        L = self.kernel_call(step, own, args, info)
+        k = self.key(own, own)
+        for o in step.outputs:
             shape = tuple(self.pdg.rec(o).shape)
             L.append(f"o = r[{returned.index(o)}]" + ("" if len(shape) else ".reshape(())"))
-            L += [f"live += s{o}.put({k}, o)"] if o in self.kinds else [f"s{o}[{k}] = o", "live += o.nbytes"]
-            if self.mode == "check":
-                L.append(f"fr{o}.discard({k})")
-            self.stored.add(o)
+            L += self.write(o, k)
         return L
 
-    def _fast(self, n, node, ins):
-        """(function name, cast dtype or None) for a direct ufunc call, or None."""
-        table = UNARY if node.op is Op.UNARY else BINARY
-        fn = table.get(node.attrs.get("fn"))
-        if fn is None:
-            return None
-        dts = [self.pdg.rec(p).dtypes[e.out] for p, e in ins]
-        got = _probe(fn, dts)
-        if got is None:
-            return None
-        name = self.sym(f"uf{n}", fn)
-        if n in self.donated and (not isinstance(fn, np.ufunc) or got != node.dtype):
-            del self.donated[n]
-        return name, (None if got == node.dtype else self.sym(f"dt{n}", np.dtype(node.dtype)))
+    # whole program -------------------------------------------------------------------------
+    def statement_fn(self, s):
+        self._assigned = set()
+        own = s.domain
+        body = []
+        for step in s.steps:
+            body += self.kernel_lines(step, own) if step.kind == "kernel" else self.op_lines(step, own)
+        body += ["if live > peak:", "    peak = live"]
+        for n, at in s.tails:  # frees at the tail of their last reader
+            if n in self.stored:
+                if at is None:
+                    body += self.free(n, self.key(self.pdg.rec(n).domain, own))
+                else:
+                    body.append(f"if {self.key(own, None)} == {tuple(at)!r}:")
+                    body += ["    " + ln for ln in self.free(n, self.key(self.pdg.rec(n).domain, own))]
+        if own:  # build the point's key once per execution
+            body = [f"K_ = {self.key(own)}"] + body
+        return self._fn(f"G{s.gid}", ", ".join(f"d_{d.name}" for d in own), body)
+
+    def _fn(self, name, args, body):
+        nl = ", ".join(["live", "peak"] + sorted(self._assigned))
+        return f"def {name}({args}):\n    nonlocal {nl}\n" + "".join(f"    {ln}\n" for ln in body)
+
+    def free_fn(self, n):
+        self._assigned = set()
+        node = self.pdg.rec(n)
+        args = ", ".join(f"d_{d.name}" for d in node.domain)
+        if n not in self.stored:  # computed inside a kernel and never stored
+            return f"def F{n}({args}):\n    pass\n"
+        return self._fn(f"F{n}", args, self.free(n, self.key(node.domain)))
+
+    def source(self) -> str:
+        if self.backend == "numba":
+            cpu.tune_malloc()
+            self.prewarm()
+        fns = [self.statement_fn(s) for s in self.low.statements]
+        fns += [self.free_fn(n) for n in sorted(set(self.low.frees) | self.stored)]
+
+        def call_line(c):
+            if c.kind == "tick":  # progress: once per iteration of the outermost loops, when asked for
+                return "if tick is not None: tick()"
+            return f"{'G' if c.kind == 'exec' else 'F'}{c.ident}({', '.join(c.args)})"
+
+        body = render(ticked(self.low.tree), call_line, 1) or ["    pass"]
+        slots = self.slot_vars()
+        run = "def run(tick=None):\n" + "\n".join(body) + "\n"
+        nl = f"    nonlocal {', '.join(slots)}\n" if slots else ""
+        inner = "\n".join(fns + [run])
+        inner += ("def mem():\n    return live, peak\n"
+                  "def reset():\n    nonlocal live, peak\n    live = 0\n    peak = 0\n"
+                  f"def drop_slots():\n{nl}" + "".join(f"    {v} = None\n" for v in slots) + "    return None\n"
+                  "def held():\n    return " + " + ".join(["0"] + [f"({v} is not None)" for v in slots
+                                                                   if v.startswith("v")]) + "\n")
+        head = "def make():\n    live = 0\n    peak = 0\n" + "".join(f"    {v} = None\n" for v in slots)
+        return head + "".join("    " + ln + "\n" for ln in inner.splitlines()) + \
+            "    return run, mem, reset, held, drop_slots\n"
+
+    def slot_vars(self):
+        return [f"v{n}" for n in self.slots]
+
+    def stores(self):
+        for n in self.pdg.nodes:
+            if n in self.slots:
+                continue
+            st = self.blocks.get(n)
+            self.ns[f"s{n}"] = {} if st is None else BlockStore(
+                st.pos, st.lo, st.length, st.shape, st.dtype, ring=st.kind == "circular", plan=False)
+        return [self.ns[f"s{n}"] for n in self.pdg.nodes if n not in self.slots]
+
+    def build(self):
+        src = self.source()
+        stores = self.stores()
+        code = compile(src, "<timerl schedule>", "exec")
+        exec(code, self.ns)  # noqa: S102 - our own generated source
+        run, mem, reset, held, drop_slots = self.ns["make"]()
+        return src, run, mem, reset, stores + [SlotStore(held, drop_slots)]
 
     def _draw(self, n, node):
         ctx = Ctx(node, self.names(node.domain))
@@ -335,163 +418,9 @@ class Lowering:
 
         return draw
 
-    def plan_lines(self, n, node, ins, k):
-        if node.op is Op.SINK:
-            return []
-        nb = 0
-        dyn = []
-        for shape, dt in zip(node.shapes, node.dtypes):
-            size = np.dtype(dt).itemsize
-            expr = []
-            for s in shape:
-                if isinstance(s, int):
-                    size *= s
-                else:
-                    expr.append(f"max(0, {to_py(sympy.sympify(s), self.names(node.domain))})")
-            if expr:
-                dyn.append(f"{size} * " + " * ".join(expr))
-            else:
-                nb += size
-        total = " + ".join([str(nb)] + dyn)
-        L = [f"o = {total}"]
-        pos = self.donated.get(n)
-        if pos is not None:
-            p, e = ins[pos]
-            L.append(f"dv = s{p}.pop({self.key(self.pdg.rec(p).domain)}, None)")
-            L.append("if dv is not None: live -= dv")
-        L += [f"live += s{n}.put({k}, o)"] if n in self.kinds else [f"s{n}[{k}] = o", "live += o"]
-        self.stored.add(n)
-        return L
-
-    # whole program -----------------------------------------------------------------------
-    def source(self) -> str:
-        fns, bodies = [], {}
-        if self.backend == "numba" and self.mode != "plan":
-            cpu.tune_malloc()
-            self.prewarm()
-        for g in self.groups:
-            body = bodies[g.gid] = []
-            if self.backend == "numba":  # planning too: the plan counts what the run stores
-                for kind, x in self.segments(g):
-                    body += self.node_lines(x) if kind == "glue" else self.segment_lines(x, g)
-            else:
-                for n in g.members:
-                    body += self.node_lines(n)
-            body.append("if live > peak:")
-            body.append("    peak = live")
-        for g in self.groups:  # frees at the tail of their last reader (every store is known now)
-            body = bodies[g.gid]
-            for n, at in self.inline.get(g.gid, ()):
-                if n in self.stored:
-                    if at is None:
-                        body += self.free_lines(n)
-                    else:
-                        body.append(f"if {self.key(g.domain)} == {tuple(at)!r}:")
-                        body += ["    " + ln for ln in self.free_lines(n)]
-            args = ", ".join(f"d_{d.name}" for d in g.domain)
-            if g.domain:  # build the point's key once per execution
-                k = self.key(g.domain)
-                body = [f"K_ = {k}"] + [ln.replace(k, "K_") for ln in body]
-            fns.append(f"def G{g.gid}({args}):\n    nonlocal live, peak\n"
-                       + "".join(f"    {ln}\n" for ln in body))
-        for n in sorted(set(self.frees) | self.stored):
-            node = self.pdg.rec(n)
-            args = ", ".join(f"d_{d.name}" for d in node.domain)
-            k = self.key(node.domain)
-            if n not in self.stored:  # computed inside a kernel and never stored
-                fns.append(f"def F{n}({args}):\n    pass\n")
-                continue
-            if self.mode == "plan":
-                nb = "v"
-            else:
-                nb = "sum(x.nbytes for x in v)" if len(node.shapes) > 1 else "v.nbytes"
-            chk = ""
-            if self.mode == "check":
-                chk = (f"    if {k} in fr{n}: return\n"
-                       f"    if {k} not in s{n}: bad_free({n}, {k})\n"
-                       f"    fr{n}.add({k})\n")
-            if n in self.kinds:
-                fns.append(f"def F{n}({args}):\n    nonlocal live\n{chk}    live -= s{n}.free({k})\n")
-                continue
-            fns.append(f"def F{n}({args}):\n    nonlocal live\n{chk}    v = s{n}.pop({k}, None)\n"
-                       f"    if v is not None:\n        live -= {nb}\n")
-
-        def call_line(c):
-            if c.kind == "tick":  # progress: once per iteration of the outermost loops, when asked for
-                return "if tick is not None: tick()"
-            return f"{'G' if c.kind == 'exec' else 'F'}{c.ident}({', '.join(c.args)})"
-
-        body = render(ticked(self.tree), call_line, 1) or ["    pass"]
-        run = "def run(tick=None):\n" + "\n".join(body) + "\n"
-        inner = "\n".join(fns + [run])
-        inner += ("def mem():\n    return live, peak\n"
-                  "def reset():\n    nonlocal live, peak\n    live = 0\n    peak = 0\n")
-        src = "def make():\n    live = 0\n    peak = 0\n" + "".join(
-            "    " + ln + "\n" for ln in inner.splitlines()) + "    return run, mem, reset\n"
-        return src
-
-    def progress_units(self):
-        """``(ticks, dim)``: how many times ``run(tick)`` calls ``tick`` (the iterations of the
-        outermost loops; None if one is a while loop) and the dim they run over."""
-        loops = outer_loops(self.tree)
-        trips = [trip_count(lp) for lp in loops]
-        total = None if None in trips else sum(trips)
-        groups = {g.gid: g for g in self.groups}
-        for lp in loops:
-            for c in walk(lp.body):
-                if c.kind == "exec" and lp.it in c.args:
-                    return total, groups[c.ident].domain[c.args.index(lp.it)].name
-        return total, None
-
-    def build(self, frees):
-        self.frees = frees
-        src = self.source()
-        for n in self.pdg.nodes:
-            st = self.kinds.get(n)
-            self.ns[f"s{n}"] = {} if st is None else BlockStore(
-                st.pos, st.lo, st.length, st.shape, st.dtype, ring=st.kind == "circular", plan=self.mode == "plan")
-            self.ns[f"fr{n}"] = set()
-        if self.mode == "check":
-            self.ns.update(chk=self._chk, chk_many=self._chk_many, bad_free=self._bad_free, chk_shape=self._chk_shape,
-                           finite=finite, nonfinite=self._nonfinite, chain_fault=self._chain_fault)
-        code = compile(src, "<timerl schedule>", "exec")
-        exec(code, self.ns)  # noqa: S102 - our own generated source
-        run, mem, reset = self.ns["make"]()
-        stores = [self.ns[f"s{n}"] for n in self.pdg.nodes]
-        freed = [self.ns[f"fr{n}"] for n in self.pdg.nodes]
-        return src, run, mem, reset, stores + freed
-
-    # checking mode ----------------------------------------------------------------------
+    # faults ---------------------------------------------------------------------------------
     def _where(self, n, k):
         return fmt_point(self.pdg.rec(n).domain, k)
-
-    def _chk(self, store, freed, k, p, n):
-        if k in store:
-            return store[k]
-        what = "after it was freed" if k in freed else "before it was written"
-        if isinstance(store, BlockStore) and store.holder(k) is not None:
-            what = (f"after its circular-buffer slot was overwritten by the point at "
-                    f"{self.kinds[p].dim} = {store.holder(k)}")
-        raise RuntimeFault(f"schedule check: tensor {self.pdg.rec(p).name!r} is read at point ({self._where(p, k)}) "
-                           f"{what}, by {self.pdg.rec(n).name!r}")
-
-    def _chk_many(self, store, freed, ks, p, n):
-        for k in ks:
-            self._chk(store, freed, k, p, n)
-        return None
-
-    def _chk_shape(self, v, want, p, n):
-        if np.shape(v) != want:
-            raise RuntimeFault(f"shape check: tensor {self.pdg.rec(p).name!r} has shape {np.shape(v)} at run time "
-                               f"where its op declares {want}, read by {self.pdg.rec(n).name!r}")
-        return v
-
-    def _nonfinite(self, n, k, out, ins):
-        node = self.pdg.rec(n)
-        names = [self.pdg.rec(p).name for p, _ in self.pdg.inputs(n)]
-        fault = nonfinite_fault(node, self._where(n, k), out, ins or [], names)
-        if fault is not None:
-            raise fault
 
     def _replay(self, seg_ext, args, k, check_finite):
         """Evaluate a kernel's segment with numpy's rules from the arguments it was called with:
@@ -514,14 +443,12 @@ class Lowering:
                 propagated = True  # an input already held inf/NaN: numpy's rules give it too
         return propagated
 
-    def _chain_fault(self, seg_ext, r, args, k):
-        """A statement kernel produced inf/NaN: find its first op that did so from finite inputs (numpy rules)."""
-        if self._replay(seg_ext, args, k, True):
-            return
-        seg = seg_ext[0]
-        raise RuntimeFault(f"non-finite check: the numba kernel of {[self.pdg.rec(m).name for m in seg]} produced "
-                           f"inf/NaN at point ({self._where(seg[0], k)}) where numpy's rules give finite values "
-                           "(a backend defect: please report it with this program)")
+    def _nonfinite(self, n, k, out, ins):
+        node = self.pdg.rec(n)
+        names = [self.pdg.rec(p).name for p, _ in self.pdg.inputs(n)]
+        fault = nonfinite_fault(node, self._where(n, k), out, ins or [], names)
+        if fault is not None:
+            raise fault
 
     def _conv_call(self, kern, seg_ext, args, k):
         """Call a statement kernel whose operands were not all C-contiguous arrays of its dtypes
@@ -541,6 +468,234 @@ class Lowering:
         raise RuntimeFault(f"the numba kernel of {[self.pdg.rec(m).name for m in seg]} failed at point "
                            f"({self._where(seg[0], k)}): {err}") from err
 
+
+class CheckRender(Render):
+    """A run that also checks the schedule and the values (``compile(check=True)``).
+
+    Every read verifies that its point was written and not yet freed (or overwritten in a
+    ring or slot), every free that its point was written; kernel operands are held to the
+    shapes the kernel was compiled for; kernels return every member so an inf/NaN made
+    inside one is found (replayed with numpy to name the op)."""
+
+    def __init__(self, *a):
+        super().__init__(*a)
+        self.ns.update(chk=self._chk, slot_chk=self._slot_chk, chk_many=self._chk_many, bad_free=self._bad_free,
+                       chk_shape=self._chk_shape, finite=finite, nonfinite=self._nonfinite,
+                       chain_fault=self._chain_fault)
+
+    def slot_vars(self):
+        return super().slot_vars() + [f"k{n}" for n in self.slots]
+
+    def read_point(self, n, p, out, key):
+        if p in self.slots:
+            return f"slot_chk(v{p}, k{p}, fr{p}, {key}, {p}, {n})" + self._sfx(p, out)
+        return f"chk(s{p}, fr{p}, {key}, {p}, {n})" + self._sfx(p, out)
+
+    def read_slices(self, n, p, e, ent):
+        return f"chk_many(s{p}, fr{p}, gather_keys({ent}), {p}, {n}) or " + super().read_slices(n, p, e, ent)
+
+    def write(self, n, key, v="o"):
+        L = super().write(n, key, v)
+        if n in self.slots:
+            self._assigned.add(f"k{n}")
+            L.append(f"k{n} = {key}")
+        return L + [f"fr{n}.discard({key})"]
+
+    def drop(self, n, key, var="v"):
+        if n not in self.slots:
+            return super().drop(n, key, var)
+        # only the point asked for: a slot holding another point keeps it
+        self._assigned.update((f"v{n}", f"k{n}"))
+        return [f"if k{n} == {key}:", f"    live -= {self.nb(n, f'v{n}')}", f"    v{n} = None", f"    k{n} = None"]
+
+    def free(self, n, key):
+        held = f"k{n} == {key}" if n in self.slots else f"{key} in s{n}"
+        return [f"if {key} not in fr{n}:", f"    if not ({held}): bad_free({n}, {key})",
+                f"    fr{n}.add({key})"] + self.drop(n, key)
+
+    def take(self, p, key):
+        return self.drop(p, key, "dv") + [f"fr{p}.add({key})"]
+
+    def op_lines(self, step, own):
+        L, args = self.value(step, own)
+        n = step.node
+        node = self.pdg.rec(n)
+        k = self.key(node.domain, own)
+        if step.outputs and checks_finite(node):
+            if step.donate is not None:  # the input buffer is overwritten: judge the inputs before the op
+                L.insert(0, f"fin_in = finite([{', '.join(args)}])")
+                L += ["if not finite(o) and fin_in:", f"    nonfinite({n}, {k}, o, None)"]
+            else:
+                L += ["if not finite(o):", f"    nonfinite({n}, {k}, o, [{', '.join(args)}])"]
+        for o in step.outputs:
+            L += self.write(o, self.key(self.pdg.rec(o).domain, own))
+        return L
+
+    def returned(self, step):
+        return list(step.members)  # every member: an inf/NaN made and lost inside is still seen
+
+    def kernel_operand(self, p, e, shape, reader, own):
+        # the kernel indexes each operand by its declared shape: hold it to that
+        a = f"chk_shape({self.operand(reader, p, e, own)}, {self.sym(f'shp{p}_{e.out}', tuple(shape))}, {p}, {reader})"
+        return a if len(shape) else f"{a}.reshape(1)"
+
+    def kernel_call(self, step, own, args, info):
+        k = self.key(own, own)
+        return super().kernel_call(step, own, args, info) + [
+            "if not finite(r):", f"    chain_fault({info}, r, [{', '.join(args)}], {k})"]
+
+    def stores(self):
+        out = super().stores()
+        for n in self.pdg.nodes:
+            self.ns[f"fr{n}"] = set()
+        return out + [self.ns[f"fr{n}"] for n in self.pdg.nodes]
+
+    def _chk(self, store, freed, k, p, n):
+        if k in store:
+            return store[k]
+        what = "after it was freed" if k in freed else "before it was written"
+        if isinstance(store, BlockStore) and store.holder(k) is not None:
+            what = (f"after its circular-buffer slot was overwritten by the point at "
+                    f"{self.blocks[p].dim} = {store.holder(k)}")
+        self._bad_read(p, k, n, what)
+
+    def _slot_chk(self, v, held, freed, k, p, n):
+        if held == k:
+            return v
+        what = "after it was freed" if k in freed else "before it was written"
+        if held is not None:
+            what = f"after its slot was overwritten by the point ({self._where(p, held)})"
+        self._bad_read(p, k, n, what)
+
+    def _bad_read(self, p, k, n, what):
+        raise RuntimeFault(f"schedule check: tensor {self.pdg.rec(p).name!r} is read at point ({self._where(p, k)}) "
+                           f"{what}, by {self.pdg.rec(n).name!r}")
+
+    def _chk_many(self, store, freed, ks, p, n):
+        for k in ks:
+            self._chk(store, freed, k, p, n)
+        return None
+
+    def _chk_shape(self, v, want, p, n):
+        if np.shape(v) != want:
+            raise RuntimeFault(f"shape check: tensor {self.pdg.rec(p).name!r} has shape {np.shape(v)} at run time "
+                               f"where its op declares {want}, read by {self.pdg.rec(n).name!r}")
+        return v
+
+    def _chain_fault(self, seg_ext, r, args, k):
+        """A statement kernel produced inf/NaN: find its first op that did so from finite inputs (numpy rules)."""
+        if self._replay(seg_ext, args, k, True):
+            return
+        seg = seg_ext[0]
+        raise RuntimeFault(f"non-finite check: the numba kernel of {[self.pdg.rec(m).name for m in seg]} produced "
+                           f"inf/NaN at point ({self._where(seg[0], k)}) where numpy's rules give finite values "
+                           "(a backend defect: please report it with this program)")
+
     def _bad_free(self, n, k):
         raise RuntimeFault(f"schedule check: tensor {self.pdg.rec(n).name!r} is freed at point ({self._where(n, k)}) "
                            "before it was written")
+
+
+class PlanRender(Render):
+    """Counts bytes only: every value is its byte count (the planned peak; no numpy work, no
+    kernels). It stores exactly what the run stores."""
+
+    def read_point(self, n, p, out, key):
+        return "0"
+
+    def read_slices(self, n, p, e, ent):
+        return "0"
+
+    def nb(self, n, v):
+        return v
+
+    def bytes_expr(self, n):
+        node = self.pdg.rec(n)
+        nb, dyn = 0, []
+        for shape, dt in zip(node.shapes, node.dtypes):
+            size = np.dtype(dt).itemsize
+            expr = []
+            for s in shape:
+                if isinstance(s, int):
+                    size *= s
+                else:
+                    expr.append(f"max(0, {to_py(sympy.sympify(s), self.names(node.domain))})")
+            if expr:
+                dyn.append(f"{size} * " + " * ".join(expr))
+            else:
+                nb += size
+        return " + ".join([str(nb)] + dyn)
+
+    def op_lines(self, step, own):
+        n = step.node
+        if not step.outputs:
+            return []
+        L = [f"o = {self.bytes_expr(n)}"]
+        if step.donate is not None:
+            p, _ = self.pdg.inputs(n)[step.donate]
+            L += self.take(p, self.key(self.pdg.rec(p).domain, own))
+        return L + self.write(n, self.key(self.pdg.rec(n).domain, own))
+
+    def kernel_lines(self, step, own):  # the bytes of the outputs the run stores; the other members never are
+        L = []
+        for o in step.outputs:
+            L += [f"o = {self.bytes_expr(o)}"] + self.write(o, self.key(own, own))
+        return L
+
+    def source(self):
+        backend, self.backend = self.backend, "numpy"  # no kernels to compile
+        try:
+            return super().source()
+        finally:
+            self.backend = backend
+
+    def stores(self):
+        for n in self.pdg.nodes:
+            if n in self.slots:
+                continue
+            st = self.blocks.get(n)
+            self.ns[f"s{n}"] = {} if st is None else BlockStore(
+                st.pos, st.lo, st.length, st.shape, st.dtype, ring=st.kind == "circular", plan=True)
+        return [self.ns[f"s{n}"] for n in self.pdg.nodes if n not in self.slots]
+
+
+RENDERERS = {"run": Render, "check": CheckRender, "plan": PlanRender}
+
+
+class Lowering:
+    """One plan lowered (:func:`timerl.runtime.lowered.lower`) and rendered for one mode."""
+
+    def __init__(self, prog, pdg, bounds, seed, groups, tree, donated, mode="run", backend="numpy", inline=None,
+                 kinds=None, slots=()):
+        self.prog, self.pdg, self.bounds, self.seed = prog, pdg, bounds, seed
+        self.groups, self.tree, self.mode, self.backend = groups, tree, mode, backend
+        self.inline, self.kinds, self.slots = inline or {}, kinds or {}, set(slots)
+        self.donated = dict(donated)
+        self.kernels = {}
+
+    def segments(self, g):
+        """``statement.order`` of group ``g``'s members on this backend."""
+        dims = [d.name for d in g.domain]
+        return statement.order(self.pdg, g.members, lambda n: statement.renderable(self.pdg, n, dims))
+
+    def build(self, frees):
+        low = lower(self.pdg, self.groups, self.tree, self.donated, self.inline, self.kinds, frees, self.slots,
+                    self.segments if self.backend == "numba" else None, lambda n: in_place(self.pdg, n))
+        self.lowered, self.donated = low, low.donated
+        r = RENDERERS[self.mode](self.prog, self.pdg, self.bounds, self.seed, low, self.backend)
+        out = r.build()
+        self.kernels = r.kernels
+        return out
+
+    def progress_units(self):
+        """``(ticks, dim)``: how many times ``run(tick)`` calls ``tick`` (the iterations of the
+        outermost loops; None if one is a while loop) and the dim they run over."""
+        loops = outer_loops(self.tree)
+        trips = [trip_count(lp) for lp in loops]
+        total = None if None in trips else sum(trips)
+        groups = {g.gid: g for g in self.groups}
+        for lp in loops:
+            for c in walk(lp.body):
+                if c.kind == "exec" and lp.it in c.args:
+                    return total, groups[c.ident].domain[c.args.index(lp.it)].name
+        return total, None

@@ -271,3 +271,38 @@ def storage_kinds(prog, pdg, analysis, problem, T, last: dict, free_stmts: list,
             if n is not None and n < st.length:
                 st.kind, st.length = "circular", n
     return out
+
+
+def slot_nodes(pdg, analysis, problem, T, last: dict, free_stmts: list, inline: dict, kinds: dict) -> set:
+    """Nodes whose points the schedule never holds two of at once: each is stored in one slot.
+
+    A point ``x`` is live from its write ``W(x)`` to its free ``F(x)``; the node needs one slot
+    when no other point ``y`` is written in between (``W(x) <= W(y) <= F(x)``, checked with isl
+    over every pair). A value read only by its own statement at its own point (freed at the
+    tail of that execution) needs no check, nor does a node of one point. Nodes read by slices
+    keep their storage kind; a node never freed keeps every point.
+    """
+    frees = {}
+    for m in free_stmts:
+        p = int(m.get_tuple_name(isl.dim_type.in_)[1:])
+        u = isl.UnionMap.from_map(m)
+        frees[p] = u if p not in frees else frees[p].union(u)
+    own = {p for gid, ns in inline.items() for p, at in ns if at is None and problem.of.get(p) == gid}
+    out = set()
+    for p in problem.of:
+        node = pdg.rec(p)
+        if node.op is Op.SINK or p in kinds:
+            continue
+        if not node.domain or p in own:
+            out.add(p)
+            continue
+        if p not in last:
+            continue
+        gname = stmt(problem.of[p])
+        W = _renamed_domain(T.intersect_domain(isl.UnionSet.from_set(analysis.demand[p].set_tuple_name(gname))), "X")
+        F = _renamed_domain(frees[p] if p in frees else isl.UnionMap.from_map(last[p]), "X")
+        C = W.lex_le_union_map(W).intersect(W.lex_le_union_map(F).reverse())
+        same = isl.UnionSet.from_set(analysis.demand[p].set_tuple_name("X")).identity()
+        if C.subtract(same).intersect_params(problem.ctx).is_empty():
+            out.add(p)
+    return out

@@ -1,0 +1,104 @@
+"""The lowered program: what a backend renders, independent of the backend.
+
+The compiler's plan (groups, schedule tree, frees, donation, storage kinds) becomes one
+:class:`Lowered`:
+
+- ``buffers``: one :class:`Buffer` per stored node: how its points are kept. ``"slot"``
+  (the memory plan proved that at most one point is live at a time: one variable, no key),
+  ``"block"``/``"circular"`` (points along one dim in one preallocated array or ring,
+  :mod:`timerl.runtime.stores`) or ``"points"`` (a table of points, the general case);
+- ``statements``: per group, its :class:`Step` list in execution order. A step is one op
+  evaluated by the backend's op rule, or a ``"kernel"`` step computing a run of members
+  in one generated function (the fusion annotation of the group) and storing the
+  members read elsewhere;
+- ``tails``: the frees that end a statement's execution; ``frees``: the nodes freed by
+  free statements of the schedule tree;
+- ``tree``: the schedule tree (loops, executions, frees, progress ticks).
+
+A renderer (:mod:`timerl.runtime.interpreter`) turns it into code; checking and
+planning are instrumentations of that rendering, not a different program.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..ir.ops import Op
+
+
+@dataclasses.dataclass(frozen=True)
+class Buffer:
+    node: int
+    kind: str  # "points" | "slot" | "block" | "circular"
+    outputs: int = 1  # values per point (a UDF may return several)
+    storage: object = None  # memory.Storage for block and circular buffers
+
+
+@dataclasses.dataclass
+class Step:
+    kind: str  # "op" | "kernel"
+    node: int  # the op, or a kernel's first member
+    members: tuple = ()  # kernel: the members it computes, in order
+    outputs: tuple = ()  # the nodes stored (an op: itself, a sink nothing; a kernel: members read outside it)
+    donate: int | None = None  # op: the operand whose buffer it writes its result into
+
+
+@dataclasses.dataclass
+class Statement:
+    gid: int
+    domain: tuple
+    steps: list
+    tails: list  # (node, None or the one point) freed at the end of each execution
+
+
+@dataclasses.dataclass
+class Lowered:
+    buffers: dict
+    statements: list
+    frees: list
+    tree: object
+
+    def stored(self) -> set:
+        """Nodes whose values some step stores."""
+        return {n for s in self.statements for st in s.steps for n in st.outputs}
+
+
+def lower(pdg, groups, tree, donated, inline, kinds, frees, slots=(), segments=None, can_donate=None) -> Lowered:
+    """The lowered program of one plan.
+
+    ``segments(group)`` gives the group's fusion: ``[("seg", members) | ("glue", node)]``
+    (None: every member is its own op step); ``can_donate(node)`` says whether the backend
+    evaluates ``node`` in place (a plain ufunc call) so a donation is kept.
+    """
+    kinds = {n: st for n, st in (kinds or {}).items() if st.kind != "points"}
+    # an op never writes in place into a block or ring (other points share the array)
+    donated = {c: pos for c, pos in donated.items() if pdg.inputs(c)[pos][0] not in kinds}
+    statements = []
+    for g in groups:
+        steps = []
+        parts = segments(g) if segments is not None else [("glue", n) for n in g.members]
+        for kind, x in parts:
+            if kind == "glue":
+                node = pdg.rec(x)
+                pos = donated.get(x)
+                if pos is not None and (can_donate is None or not can_donate(x)):
+                    del donated[x]
+                    pos = None
+                steps.append(Step("op", x, outputs=() if node.op is Op.SINK else (x,), donate=pos))
+            else:
+                inseg = set(x)
+                outputs = tuple(n for n in x if any(c not in inseg for c, _ in pdg.consumers(n)))
+                for n in x:  # a kernel writes fresh outputs: no member writes into an operand's buffer
+                    donated.pop(n, None)
+                steps.append(Step("kernel", x[0], members=tuple(x), outputs=outputs))
+        statements.append(Statement(g.gid, tuple(g.domain), steps, list(inline.get(g.gid, ()))))
+    low = Lowered({}, statements, sorted(frees), tree)
+    low.donated = donated
+    stored = low.stored()
+    for n in stored:
+        node = pdg.rec(n)
+        if n in kinds:
+            low.buffers[n] = Buffer(n, kinds[n].kind, len(node.shapes), kinds[n])
+        else:
+            low.buffers[n] = Buffer(n, "slot" if n in slots else "points", len(node.shapes))
+    return low
