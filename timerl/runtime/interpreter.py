@@ -238,9 +238,11 @@ class Lowering:
         return self._rendered[key]
 
     def segments(self, g):
-        """``statement.order`` of group ``g``'s members on this backend."""
-        dims = [d.name for d in g.domain]
-        return statement.order(self.pdg, g.members, lambda n: statement.renderable(self.pdg, n, dims))
+        """Group ``g``'s kernel segments and glue, as the ``fuse`` pass recorded them
+        (``g.segments``, :mod:`timerl.passes.fuse`); without them every member is glue."""
+        if g.segments is None:
+            return [("glue", n) for n in g.members]
+        return g.segments
 
     def prewarm(self):
         """Render every statement kernel first and compile the new ones in parallel (cpu.prewarm)."""
