@@ -16,8 +16,8 @@ demand and validation), ``pass_<name>`` per pass (``pass_group`` and ``pass_fuse
 ``passes`` in all (``verify`` when checking), ``schedule`` (isl statements, dependences,
 ``compute_schedule``), ``memory`` (last readers, frees, donation), ``ast`` (isl AST -> schedule
 tree), ``plan`` (the planned peak, when a budget is given) and ``lower`` (Python source,
-compiled once). The reference backend
-stops after the analysis: it is the oracle and runs the program as written.
+compiled once). The reference backend stops after the analysis: it is the oracle and runs the
+program as written.
 """
 
 from __future__ import annotations
