@@ -4,10 +4,11 @@
     python -m asv_benchmarks.ablation --algo reinforce --reps 3 --iterations 4
 
 Every measurement is a fresh process running ``timerl.bench.run_bench`` with
-``compile(passes={name: False})`` for the pass under test (``group`` is the scheduler's
-switch); repetitions are interleaved (repetition r runs every variant, in an order rotated by
-r) and pinned to one thread; the table gives medians: env steps/s, seconds per iteration,
-peak live tensor bytes, compile seconds, and each variant's ratio to all passes on.
+``compile(passes={name: False})`` for the pass under test (``group`` and ``fuse`` included:
+one statement per op, no statement kernels); repetitions are interleaved (repetition r runs
+every variant, in an order rotated by r) and pinned to one thread; the table gives medians:
+env steps/s, seconds per iteration, peak live tensor bytes, compile seconds, and each
+variant's ratio to all passes on.
 """
 
 from __future__ import annotations
@@ -41,9 +42,9 @@ CARTPOLE = {"env": "CartPole-v1", "num_envs": 8, "num_steps": 128, "epochs": 4, 
 
 
 def variants():
-    from timerl.passes import PIPELINE, SCHEDULER_SWITCHES
+    from timerl.passes import PIPELINE
 
-    return ["none"] + [name for name, _ in PIPELINE] + list(SCHEDULER_SWITCHES)
+    return ["none"] + [name for name, _ in PIPELINE]
 
 
 def run(off, flags):

@@ -17,7 +17,7 @@ from fuzz.gen import HypothesisDraw, SeedDraw, generate
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from timerl.passes import PIPELINE, SCHEDULER_SWITCHES
+from timerl.passes import PIPELINE
 
 programs = st.composite(lambda draw: generate(HypothesisDraw(draw)))
 
@@ -55,7 +55,7 @@ def test_generator_covers_every_record_kind():
 
 
 def test_every_pass_is_switched_off_somewhere():
-    assert set(PASSES) == {n for n, _ in PIPELINE} | set(SCHEDULER_SWITCHES)
+    assert set(PASSES) == {n for n, _ in PIPELINE}
     for p in PASSES:
         for backend in ("numpy", "numba"):
             assert (backend, {"passes": {p: False}}) in CONFIGS

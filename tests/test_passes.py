@@ -332,3 +332,168 @@ def test_planned_peak_keeps_the_runs_kernels():
     assert kernels
     exe.planned_peak()
     assert exe.plan.kernels == kernels
+
+
+# -- annotations: group and fuse ---------------------------------------------------------------
+
+
+def _demanded(analysis):
+    return {n for n in analysis.live if not analysis.demand[n].is_empty()}
+
+
+def test_group_annotates_the_statements_the_scheduler_uses():
+    prog, bounds, _ = PROGRAMS["mlp"]()
+    pdg, analysis = optimize(prog, bounds, check=True)
+    groups = pdg.graph["groups"]
+    members = [n for _, ms in groups for n in ms]
+    assert sorted(members) == sorted(_demanded(analysis))  # every demanded node once
+    assert len(groups) < len(members)  # some joined
+    assert all(gid in ms for gid, ms in groups) and list(pdg.graph["group_joins"])
+    exe = prog.compile(bounds, backend="numpy")
+    assert exe.pdg.graph["groups"] == groups and "pass_group" in exe.stats["compile_seconds"]
+    plan = exe.plan
+    assert plan.grouping and plan.problem.restrict is None
+    assert [(g.gid, tuple(g.members)) for g in plan.problem.groups] == list(groups)
+    assert exe.stats["statements"] == len(groups)
+
+
+def test_group_off_is_one_statement_per_node():
+    prog, bounds, _ = PROGRAMS["mlp"]()
+    pdg, analysis = optimize(prog, bounds, {"group": False}, check=True)
+    assert "groups" not in pdg.graph
+    exe = prog.compile(bounds, backend="numpy", passes={"group": False})
+    assert not exe.plan.grouping and "pass_group" not in exe.stats["compile_seconds"]
+    assert all(len(g.members) == 1 for g in exe.plan.problem.groups)
+    assert exe.stats["statements"] == len(_demanded(analysis))
+
+
+def test_fuse_annotates_each_group_with_its_kernel_segments():
+    from timerl.passes.fuse import segments_of
+
+    prog, bounds, _ = PROGRAMS["mlp"]()
+    pdg, _ = optimize(prog, bounds, check=True, backend="numba")
+    segs = pdg.graph["segments"]
+    assert sorted(segs) == sorted(ms for _, ms in pdg.graph["groups"])
+    for gid, ms in pdg.graph["groups"]:
+        assert segs[ms] == segments_of(pdg, ms, pdg.rec(gid).domain)
+    assert any(kind == "seg" for s in segs.values() for kind, _ in s)
+    for backend in ("numpy", None):  # only numba fuses
+        other, _ = optimize(prog, bounds, check=True, backend=backend)
+        assert "segments" not in other.graph and other.graph["groups"] == pdg.graph["groups"]
+    # grouping off: one segment list per node
+    alone, analysis = optimize(prog, bounds, {"group": False}, check=True, backend="numba")
+    assert sorted(alone.graph["segments"]) == [(n,) for n in sorted(_demanded(analysis))]
+
+
+def test_the_lowering_reads_the_fuse_annotation():
+    prog, bounds, c = PROGRAMS["mlp"]()
+    exe = prog.compile(bounds, backend="numba")
+    segs = exe.pdg.graph["segments"]
+    for g in exe.plan.problem.groups:
+        assert g.segments is segs[tuple(g.members)]
+    assert exe.stats["kernels"] >= 1
+    exe.run()
+    assert_close(c, run("mlp"))
+    # fuse off: no kernels, every member in the interpreter, same values
+    prog, bounds, c = PROGRAMS["mlp"]()
+    exe = prog.compile(bounds, backend="numba", passes={"fuse": False})
+    assert "segments" not in exe.pdg.graph and exe.stats["kernels"] == 0
+    assert all(g.segments is None for g in exe.plan.problem.groups)
+    exe.run()
+    assert_close(c, run("mlp"))
+
+
+def test_ungrouped_fallback_gets_segments_for_its_own_statements(monkeypatch):
+    import timerl.compiler as compiler
+
+    real = compiler.compute_schedule
+
+    def no_grouped_schedule(prog, pdg, problem, variant="default"):
+        if problem.regroup is not None:  # the grouped problem: as if isl found no schedule
+            raise CompileError("no schedule (test)")
+        return real(prog, pdg, problem, variant)
+
+    monkeypatch.setattr(compiler, "compute_schedule", no_grouped_schedule)
+    prog, bounds, c = PROGRAMS["mlp"]()
+    exe = prog.compile(bounds, backend="numba")
+    assert not exe.plan.grouping and "groups" in exe.pdg.graph
+    assert all(len(g.members) == 1 and g.segments is not None for g in exe.plan.problem.groups)
+    assert exe.stats["kernels"] >= 1
+    exe.run()
+    monkeypatch.undo()
+    assert_close(c, run("mlp"))
+
+
+def _annotated():
+    prog, bounds, _ = PROGRAMS["mlp"]()
+    pdg, analysis = optimize(prog, bounds, check=True, backend="numba")
+    verify(pdg, prog, analysis=analysis)
+    return prog, pdg, analysis
+
+
+def _joined(pdg):
+    """A group of two or more members, one of which reads another at the same point."""
+    for k, (gid, ms) in enumerate(pdg.graph["groups"]):
+        for n in ms:
+            if any(p in ms and p != n for p, _ in pdg.inputs(n)):
+                return k, gid, ms, n
+    raise AssertionError("no joined group")
+
+
+def _corrupt_groups(pdg, analysis):
+    k, gid, ms, n = _joined(pdg)
+    gs = list(pdg.graph["groups"])
+    yield "not a node of the graph", gs[:k] + [(gid, ms + (10 ** 6,))] + gs[k + 1:]
+    other = gs[(k + 1) % len(gs)]
+    yield "is in group", gs + [(other[0], other[1])]
+    yield "missing", gs[:k] + gs[k + 1:]
+    yield "representative", gs[:k] + [(10 ** 6, ms)] + gs[k + 1:]
+    p = next(p for p, _ in pdg.inputs(n) if p in ms and p != n)
+    order = [n] + [m for m in ms if m != n]  # n before the member it reads
+    assert order.index(n) < order.index(p)
+    yield "which it reads at the same point", gs[:k] + [(gid, tuple(order))] + gs[k + 1:]
+
+
+def test_verify_rejects_a_corrupt_grouping():
+    prog, pdg, analysis = _annotated()
+    for says, groups in _corrupt_groups(pdg, analysis):
+        bad = pdg.copy()
+        bad.graph["groups"] = tuple(groups)
+        bad.graph.pop("segments")
+        with pytest.raises(VerifyError, match=says):
+            verify(bad, prog, after="group", analysis=analysis)
+    bad = pdg.copy()
+    del bad.graph["group_joins"]
+    with pytest.raises(VerifyError, match="without 'group_joins'"):
+        verify(bad, prog, analysis=analysis)
+
+
+def test_verify_rejects_corrupt_segments():
+    prog, pdg, analysis = _annotated()
+    _, _, ms, _ = _joined(pdg)
+    cases = [
+        ("not the members once each", lambda s: s[ms].pop()),
+        ("neither", lambda s: s[ms].append(("kernel", ms[0]))),
+        ("unknown", lambda s: s.__setitem__((10 ** 6,), [("glue", 10 ** 6)])),
+        ("missing", lambda s: s.pop(ms)),
+        ("which it reads at the same point", lambda s: s.__setitem__(ms, [("glue", n) for n in reversed(ms)])),
+    ]
+    for says, mutate in cases:
+        bad = pdg.copy()
+        bad.graph["segments"] = {k: list(v) for k, v in pdg.graph["segments"].items()}
+        mutate(bad.graph["segments"])
+        with pytest.raises(VerifyError, match=says):
+            verify(bad, prog, after="fuse", analysis=analysis)
+
+
+def test_a_rewrite_after_the_annotating_passes_drops_their_annotations(monkeypatch):
+    import timerl.passes as passes
+
+    def rewrite(prog, pdg, bounds, analysis):
+        return pdg.copy(), analysis  # a new graph: the groups on it may not describe it
+
+    monkeypatch.setattr(passes, "PIPELINE", passes.PIPELINE + [("late", rewrite)])
+    prog, bounds, _ = PROGRAMS["mlp"]()
+    pdg, _ = optimize(prog, bounds, check=True, backend="numba")
+    assert not any(k in pdg.graph for k in passes.ANNOTATIONS)
+    assert "groups" not in prog.pdg.graph  # the input is never annotated

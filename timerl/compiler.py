@@ -3,13 +3,21 @@
     bounds -> analysis -> passes (verified in checking mode) -> schedule -> memory plan
            -> lowering -> backend
 
+The passes (:mod:`timerl.passes`) rewrite the graph, then annotate it: ``group`` records the isl
+statements (groups of ops joined at the same point), which the scheduler builds its problem
+from, and ``fuse`` the statement-kernel segments of each group on the numba backend, which the
+lowering reads. When the grouped schedule does not exist, :class:`Plan` falls back to one
+statement per node (and the memory-budget search tries that too); those groups get their
+segments from :func:`timerl.passes.fuse.annotate_groups`.
+
 :func:`compile_program` is what ``Program.compile`` calls (``timerl.api.compile`` is its thin
 entry). Every stage is timed in ``stats["compile_seconds"]``: ``bounds``, ``analysis`` (isl
-demand and validation), ``pass_<name>`` per pass and ``passes`` in all (``verify`` when
-checking), ``schedule`` (isl statements, dependences, ``compute_schedule``), ``memory`` (last
-readers, frees, donation), ``ast`` (isl AST -> schedule tree), ``plan`` (the planned peak,
-when a budget is given) and ``lower`` (Python source, compiled once). The reference backend
-stops after the analysis: it is the oracle and runs the program as written.
+demand and validation), ``pass_<name>`` per pass (``pass_group`` and ``pass_fuse`` too) and
+``passes`` in all (``verify`` when checking), ``schedule`` (isl statements, dependences,
+``compute_schedule``), ``memory`` (last readers, frees, donation), ``ast`` (isl AST -> schedule
+tree), ``plan`` (the planned peak, when a budget is given) and ``lower`` (Python source,
+compiled once). The reference backend stops after the analysis: it is the oracle and runs the
+program as written.
 """
 
 from __future__ import annotations
@@ -22,11 +30,12 @@ from .config import config
 from .errors import CompileError
 from .ir.analysis import analyze, live_nodes, resolve_bounds
 from .passes import check_switches, run_passes
+from .passes.fuse import annotate_groups
 from .runtime.executable import Executable, Schedule
 from .runtime.interpreter import Lowering
 from .runtime.reference import ReferenceExecutable
 from .schedule import memory
-from .schedule.model import build_problem, compute_schedule, time_map
+from .schedule.model import GROUPS, build_problem, compute_schedule, time_map
 from .schedule.tree import build_tree
 
 BACKENDS = ("reference", "numpy", "numba", "cuda")
@@ -66,12 +75,13 @@ def compile_program(prog, bounds, backend="numba", seed=0, memory_budget=None, p
                             memory_budget=memory_budget, passes=passes, check=check)
 
 
-def optimize(prog, bounds, passes=None, check=True):
+def optimize(prog, bounds, passes=None, check=True, backend="numba"):
     """``(pdg, analysis)`` of ``prog`` after the bounds, the analysis and the pass pipeline, without
-    scheduling or lowering (for structural tests and tools); ``check`` verifies after each pass."""
+    scheduling or lowering (for structural tests and tools); ``check`` verifies after each pass;
+    ``backend``: the one the ``fuse`` pass annotates for."""
     pdg = prog.pdg
     bounds = resolve_bounds(prog, pdg, bounds, live_nodes(pdg))
-    return run_passes(prog, pdg, bounds, analyze(prog, pdg, bounds), passes, {}, check=check)
+    return run_passes(prog, pdg, bounds, analyze(prog, pdg, bounds), passes, {}, check=check, backend=backend)
 
 
 def build_executable(prog, pdg, bounds, analysis, times, backend="numba", seed=0, memory_budget=None,
@@ -83,9 +93,10 @@ def build_executable(prog, pdg, bounds, analysis, times, backend="numba", seed=0
     times = dict(times)
     check = config.check if check is None else bool(check)
     t0 = time.perf_counter()
-    pdg, analysis = run_passes(prog, pdg, bounds, analysis, passes, times, check=check or config.verify)
+    pdg, analysis = run_passes(prog, pdg, bounds, analysis, passes, times, check=check or config.verify,
+                               backend=backend)
     times["passes"] = time.perf_counter() - t0
-    grouping = (passes or {}).get("group", True)
+    grouping = GROUPS in pdg.graph  # the group pass ran (compile(passes={"group": False}): one per node)
     plan = Plan(prog, pdg, bounds, analysis, grouping, "default", times)
     planned = None
     if memory_budget is not None:
@@ -132,7 +143,11 @@ def build_executable(prog, pdg, bounds, analysis, times, backend="numba", seed=0
 
 
 class Plan:
-    """One schedule with its memory plan (frees, donation, storage kinds), lowered to a tree."""
+    """One schedule with its memory plan (frees, donation, storage kinds), lowered to a tree.
+
+    ``grouping``: the statements are the ``group`` pass's groups (``pdg.graph["groups"]``), else
+    one per node; a grouping without a schedule is refined (``model.refine``), and failing that
+    dropped. Every scheduled group carries its ``fuse`` segments when the graph has them."""
 
     def __init__(self, prog, pdg, bounds, analysis, grouping, variant, times, storage="default"):
         t0 = time.perf_counter()
@@ -147,6 +162,7 @@ class Plan:
             grouping = False
             self.problem = build_problem(prog, pdg, analysis, grouping)
             self.isl_schedule = compute_schedule(prog, pdg, self.problem, variant)
+        annotate_groups(pdg, self.problem.groups)  # groups the fuse pass did not see (fallback, refined)
         T = time_map(self.isl_schedule, self.problem)
         t1 = time.perf_counter()
         last = memory.last_reads(prog, pdg, analysis, self.problem, T)

@@ -17,12 +17,12 @@ import numpy as np
 from programs.collect import Collect
 
 import timerl as tl
-from timerl.passes import PIPELINE, SCHEDULER_SWITCHES
+from timerl.passes import PIPELINE
 
 from .gen import Desc, build
 
 BACKENDS = ("numpy", "numba")  # "cuda" is not built yet
-PASSES = tuple(n for n, _ in PIPELINE) + tuple(SCHEDULER_SWITCHES)
+PASSES = tuple(n for n, _ in PIPELINE)
 
 # float tolerance per dtype, relative to the value and to the magnitude bound of the sink
 # (one op's rounding in float32 is ~6e-8 of its operands' size; programs are a few ops deep);

@@ -133,8 +133,10 @@ class Program:
                 tensor bytes under it, or raises :class:`tl.CompileError` stating the least it can meet.
             passes: a dict from pass name to ``False`` to switch an optimization off (ablation):
                 ``"simplify"`` (exact algebraic identities, constant folding), ``"cse"`` (duplicate
-                ops merged), ``"dce"`` (what no sink or update needs), ``"group"`` (one isl
-                statement per group of ops joined at one point). An unknown name is a CompileError.
+                ops merged), ``"dce"`` (what no sink or update needs), ``"vectorize"`` (a dim that
+                needs no order becomes a spatial axis), ``"group"`` (one isl statement per group of
+                ops joined at one point), ``"fuse"`` (numba: a statement's ops in statement
+                kernels). An unknown name is a CompileError.
             check: instrument the run (every read after its write and before its free, no op
                 producing inf or NaN from finite inputs) and verify the graph after every pass;
                 default ``timerl.config.config.check`` (``TIMERL_CHECK``).

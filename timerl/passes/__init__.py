@@ -6,33 +6,61 @@ describe the new graph. :func:`run_passes` times each as ``pass_<name>``, skips 
 switched off with ``compile(passes={name: False})``, and in checking mode runs
 :func:`~timerl.passes.verify.verify` on the input and after every pass.
 
+Rewrites (the graph changes):
+
 - ``simplify``: exact algebraic identities and constant folding (:mod:`.simplify`);
 - ``cse``: one node per distinct computation (:mod:`.cse`);
 - ``dce``: drop what no sink or parameter update demands (:mod:`.dce`);
 - ``vectorize``: a dim that needs no order becomes a leading spatial axis (:mod:`.vectorize`).
 
-Names the scheduler reads (not PDG rewrites): ``"group"`` (one isl statement per group of
-ops joined at the same point).
+Annotations (the graph is the same, with a record in ``pdg.graph`` that later stages only read):
+
+- ``group``: the isl statements, groups of ops joined at the same point (``pdg.graph["groups"]``,
+  read by the scheduler; :mod:`.group`); off, every node is a statement of its own;
+- ``fuse``: each group's statement-kernel segments on the numba backend
+  (``pdg.graph["segments"]``, read by the lowering; :mod:`.fuse`); off, every member runs in
+  the interpreter.
+
+An annotation describes the graph it is on, so the annotating passes come last, ``group``
+before ``fuse``; :func:`run_passes` drops the annotations from a graph a rewrite returns (a
+pipeline reordered by hand cannot leave a stale one). A pass with ``takes_context`` set also
+receives a :class:`PassContext` (the backend being compiled for: ``fuse`` needs it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from ..errors import CompileError
+from ..schedule.model import GROUPS, JOINS, SEGMENTS
 from .cse import cse
 from .dce import dce
+from .fuse import fuse
+from .group import group
 from .simplify import simplify
 from .vectorize import vectorize
 from .verify import VerifyError, verify
 
-PIPELINE = [("simplify", simplify), ("cse", cse), ("dce", dce), ("vectorize", vectorize)]
-SCHEDULER_SWITCHES = ("group",)
+PIPELINE = [("simplify", simplify), ("cse", cse), ("dce", dce), ("vectorize", vectorize), ("group", group),
+            ("fuse", fuse)]
+ANNOTATIONS = (GROUPS, JOINS, SEGMENTS)  # the pdg.graph keys the annotating passes write
+ANNOTATING = ("group", "fuse")
+# switches the scheduler read before grouping became a pass; none now (kept for callers)
+SCHEDULER_SWITCHES = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class PassContext:
+    """What a pass with ``takes_context`` learns beyond the program: the backend compiled for
+    (None when the passes run without one, e.g. :func:`timerl.compiler.optimize` by default)."""
+
+    backend: str | None = None
 
 
 def check_switches(switches):
     """``compile(passes=...)``: None or a dict from known pass names to bools."""
-    known = {n for n, _ in PIPELINE} | set(SCHEDULER_SWITCHES)
+    known = {n for n, _ in PIPELINE}
     if switches is None:
         return
     if not isinstance(switches, dict):
@@ -45,23 +73,41 @@ def check_switches(switches):
             raise CompileError(f"compile(passes=...): the switch of pass {k!r} is {v!r}; use True or False")
 
 
-def run_passes(prog, pdg, bounds, analysis, switches, times, check=False):
-    """Run the enabled passes of ``PIPELINE`` in order; ``check`` verifies the graph around each."""
+def run_passes(prog, pdg, bounds, analysis, switches, times, check=False, backend=None):
+    """Run the enabled passes of ``PIPELINE`` in order; ``check`` verifies the graph around each.
+    ``backend``: the backend compiled for (the ``fuse`` pass records nothing without numba)."""
     switches = dict(switches or {})
     check_switches(switches)
+    ctx = PassContext(backend)
     if check:
-        verify(pdg, prog, after="(program as built)")
+        verify(pdg, prog, after="(program as built)", analysis=analysis)
     for name, fn in PIPELINE:
         if switches.get(name, True) is False:
             continue
         t0 = time.perf_counter()
-        pdg, analysis = fn(prog, pdg, bounds, analysis)
+        before = pdg
+        if getattr(fn, "takes_context", False):
+            pdg, analysis = fn(prog, pdg, bounds, analysis, ctx)
+        else:
+            pdg, analysis = fn(prog, pdg, bounds, analysis)
+        if name not in ANNOTATING and pdg is not before and any(k in pdg.graph for k in ANNOTATIONS):
+            pdg = _without_annotations(pdg, before)  # a rewrite after an annotating pass: the record is stale
         times[f"pass_{name}"] = time.perf_counter() - t0
         if check:
             t0 = time.perf_counter()
-            verify(pdg, prog, after=name)
+            verify(pdg, prog, after=name, analysis=analysis)
             times["verify"] = times.get("verify", 0.0) + time.perf_counter() - t0
     return pdg, analysis
 
 
-__all__ = ["PIPELINE", "SCHEDULER_SWITCHES", "VerifyError", "check_switches", "run_passes", "verify"]
+def _without_annotations(pdg, before):
+    """``pdg`` without the annotations, never touching ``before``'s (a view shares its dict)."""
+    if pdg.graph is before.graph:
+        pdg = pdg.copy()
+    for k in ANNOTATIONS:
+        pdg.graph.pop(k, None)
+    return pdg
+
+
+__all__ = ["ANNOTATIONS", "PIPELINE", "SCHEDULER_SWITCHES", "PassContext", "VerifyError", "check_switches",
+           "run_passes", "verify"]

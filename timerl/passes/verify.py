@@ -21,6 +21,15 @@ A PDG is well formed when
   expands produce their attribute's shape, binary ops the promoted dtype (``bool`` for
   comparisons), reductions drop or keep their axes, constants hold their value's.
 
+Annotations (``pdg.graph``), when present:
+- ``groups`` (the ``group`` pass): each group ``(gid, members)`` lists existing nodes, ``gid``
+  among them, all of ``gid``'s domain, no node twice, in an order where a member reading another
+  at the same point comes after it; every node is in at most one group and, with the analysis,
+  the grouped nodes are exactly the live nodes with demanded points; ``group_joins`` comes with it;
+- ``segments`` (the ``fuse`` pass): one entry per group (per demanded live node without
+  ``groups``), each a list of ``("seg", [n, ...])`` and ``("glue", n)`` that holds the group's
+  members once each, in an order where a member reading another at the same point comes after it.
+
 Errors are :class:`VerifyError` (a ``CompileError``) naming the user's tensor and the pass
 that broke the graph, followed by the node and its neighbours (``pdg.describe``).
 """
@@ -35,6 +44,7 @@ from ..ir import registry
 from ..ir.expr import symbols_of
 from ..ir.ops import Edge, Node, Op, Slice, broadcast, is_basis
 from ..ir.registry import promote
+from ..schedule.model import GROUPS, JOINS, SEGMENTS
 
 class VerifyError(CompileError):
     """The PDG broke an invariant of :mod:`timerl.passes.verify` (a compiler bug, not a user error)."""
@@ -44,11 +54,12 @@ def _same(a, b) -> bool:
     return len(a) == len(b) and all(sympy.sympify(x) == sympy.sympify(y) for x, y in zip(a, b))
 
 
-def verify(pdg, prog=None, after=None):
+def verify(pdg, prog=None, after=None, analysis=None):
     """Check that ``pdg`` is well formed (see the module docstring); raise :class:`VerifyError` if not.
 
-    ``prog`` (optional) adds the checks that need the program's dims and bounds; ``after``
-    names the pass that produced the graph, for the message.
+    ``prog`` (optional) adds the checks that need the program's dims and bounds; ``analysis``
+    (optional, describing ``pdg``) the check that the grouping covers the demanded nodes;
+    ``after`` names the pass that produced the graph, for the message.
     """
     dim_order = {d.name: k for k, d in enumerate(prog.dims)} if prog is not None else None
     allowed = None
@@ -56,6 +67,81 @@ def verify(pdg, prog=None, after=None):
         allowed = {d.e for d in prog.dims} | {b.e for b in prog.bounds}
     for n in pdg.nodes:
         _check_node(pdg, n, dim_order, allowed, after)
+    _check_annotations(pdg, analysis, after)
+
+
+def _annotation_fail(key, msg, after):
+    where = f" after pass {after!r}" if after else ""
+    raise VerifyError(f"malformed PDG{where}: annotation pdg.graph[{key!r}]: {msg}")
+
+
+def _same_point_inputs(pdg, n, among):
+    """The producers in ``among`` that ``n`` reads at its own point (ordered before it in a statement)."""
+    return {p for p, e in pdg.inputs(n) if p in among and p != n and is_basis(e, pdg.rec(p).domain)}
+
+
+def _check_order(pdg, key, what, order, after):
+    among, seen = set(order), set()
+    for n in order:
+        late = _same_point_inputs(pdg, n, among) - seen
+        if late:
+            _annotation_fail(key, f"{what}: %{n} comes before %{min(late)}, which it reads at the same point", after)
+        seen.add(n)
+
+
+def _check_annotations(pdg, analysis, after):
+    groups, segs = pdg.graph.get(GROUPS), pdg.graph.get(SEGMENTS)
+    if groups is None and segs is None:
+        return
+    demanded = None
+    if analysis is not None:
+        demanded = {n for n in analysis.live if n in pdg and not analysis.demand[n].is_empty()}
+    if groups is not None:
+        if JOINS not in pdg.graph:
+            _annotation_fail(GROUPS, f"without {JOINS!r}", after)
+        where = {}
+        for gid, ms in groups:
+            what = f"group %{gid}"
+            if gid not in ms:
+                _annotation_fail(GROUPS, f"{what} does not hold its representative", after)
+            for n in ms:
+                if n not in pdg:
+                    _annotation_fail(GROUPS, f"{what} holds %{n}, not a node of the graph", after)
+                if n in where:
+                    _annotation_fail(GROUPS, f"%{n} is in group %{where[n]} and in group %{gid}", after)
+                where[n] = gid
+                if pdg.rec(n).domain != pdg.rec(gid).domain:
+                    _annotation_fail(GROUPS, f"{what}: %{n} has domain {pdg.rec(n).domain}, the group "
+                                             f"{pdg.rec(gid).domain}", after)
+            _check_order(pdg, GROUPS, what, list(ms), after)
+        if demanded is not None and set(where) != demanded:
+            miss, extra = sorted(demanded - set(where)), sorted(set(where) - demanded)
+            _annotation_fail(GROUPS, f"does not hold every demanded live node once: missing {miss}, "
+                                     f"not demanded {extra}", after)
+    if segs is None:
+        return
+    if groups is not None:
+        want = [tuple(ms) for _, ms in groups]
+    elif demanded is not None:
+        want = [(n,) for n in sorted(demanded)]
+    else:
+        want = list(segs)
+    if set(segs) != set(want):
+        _annotation_fail(SEGMENTS, "its groups are not the statements': "
+                                   f"{len(set(segs) - set(want))} unknown, {len(set(want) - set(segs))} missing", after)
+    for ms in want:
+        flat = []
+        for item in segs[ms]:
+            kind, x = item if isinstance(item, tuple) and len(item) == 2 else (None, None)
+            if kind == "seg" and isinstance(x, (list, tuple)) and x:
+                flat += list(x)
+            elif kind == "glue" and isinstance(x, int):
+                flat.append(x)
+            else:
+                _annotation_fail(SEGMENTS, f"group {ms}: {item!r} is neither ('seg', [n, ...]) nor ('glue', n)", after)
+        if sorted(flat) != sorted(ms):
+            _annotation_fail(SEGMENTS, f"group {ms}: the segments hold {flat}, not the members once each", after)
+        _check_order(pdg, SEGMENTS, f"group {ms}", flat, after)
 
 
 def _fail(pdg, n, msg, after):

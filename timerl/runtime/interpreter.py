@@ -673,10 +673,13 @@ class Lowering:
         self.donated = dict(donated)
         self.kernels = {}
 
-    def segments(self, g):
-        """``statement.order`` of group ``g``'s members on this backend."""
-        dims = [d.name for d in g.domain]
-        return statement.order(self.pdg, g.members, lambda n: statement.renderable(self.pdg, n, dims))
+    @staticmethod
+    def segments(g):
+        """Group ``g``'s kernel segments and glue, as the ``fuse`` pass recorded them
+        (``g.segments``, :mod:`timerl.passes.fuse`); without them every member is glue."""
+        if g.segments is None:
+            return [("glue", n) for n in g.members]
+        return g.segments
 
     def build(self, frees):
         low = lower(self.pdg, self.groups, self.tree, self.donated, self.inline, self.kinds, frees, self.slots,

@@ -1,6 +1,7 @@
 """The isl model of a PDG for scheduling: statements, dependences, the computed schedule.
 
-Statement ``S<g>`` is a *group* of live nodes (see :func:`make_groups`): nodes with
+Statement ``S<g>`` is a *group* of live nodes (see :func:`make_groups`; the ``group`` pass,
+:mod:`timerl.passes.group`, records them on the PDG and :func:`build_problem` reads them): nodes with
 the same domain and the same demanded points, joined at the same point by basis
 edges, executed together in a fixed topological order. Grouping keeps isl's problem
 small (the scheduler's cost grows steeply with statements). Its domain is the group's
@@ -36,11 +37,21 @@ def _alone(pdg, n) -> bool:
     return registry.op(pdg.rec(n).op).has("alone")
 
 
+# the grouping pass's annotations on the PDG (timerl.passes.group): ((gid, members), ...) in
+# statement order, and the joins that made them, in order (for refine)
+GROUPS = "groups"
+JOINS = "group_joins"
+# the fusion pass's (timerl.passes.fuse): {members: [("seg", [n, ...]) | ("glue", n)]}
+SEGMENTS = "segments"
+
+
 @dataclasses.dataclass
 class Group:
     gid: int  # the representative node (smallest id)
     members: list  # node ids in execution order at one point
     domain: tuple  # dims shared by all members
+    # the fusion pass's kernel segments of the members (timerl.passes.fuse), None without one
+    segments: list | None = None
 
     @property
     def name(self) -> str:
@@ -275,9 +286,25 @@ class Problem:
     split: bool = False
 
 
-def build_problem(prog, pdg, analysis, grouping=True, siblings=True, restrict=None) -> Problem:
-    joins = []
-    groups, of = make_groups(pdg, analysis, grouping, siblings, restrict=restrict, joins=joins)
+def build_problem(prog, pdg, analysis, grouping=True, restrict=None) -> Problem:
+    """The statements, their domains and dependences. ``grouping``: the statements are the groups
+    the ``group`` pass recorded on ``pdg`` (``pdg.graph["groups"]``; :mod:`timerl.passes.group`),
+    or with ``restrict`` (:func:`refine`) :func:`make_groups` redone with that argument; without
+    it, one statement per node. Each group carries the kernel segments the ``fuse`` pass recorded
+    for its members, if any (:mod:`timerl.passes.fuse`)."""
+    if grouping and restrict is None:
+        if GROUPS not in pdg.graph:
+            raise CompileError("build_problem(grouping=True) on a graph without the group pass's annotation "
+                               "(pdg.graph['groups']): run the passes first, or pass grouping=False")
+        joins = list(pdg.graph[JOINS])
+        groups = [Group(gid, list(ms), pdg.rec(gid).domain) for gid, ms in pdg.graph[GROUPS]]
+        of = {n: g.gid for g in groups for n in g.members}
+    else:
+        joins = []
+        groups, of = make_groups(pdg, analysis, grouping, restrict=restrict, joins=joins)
+    segs = pdg.graph.get(SEGMENTS) or {}
+    for g in groups:
+        g.segments = segs.get(tuple(g.members))
     byid = {g.gid: g for g in groups}
     dom = _union([_renamed(analysis.demand[g.gid], g.name) for g in groups], isl.UnionSet)
     deps = []
@@ -293,7 +320,7 @@ def build_problem(prog, pdg, analysis, grouping=True, siblings=True, restrict=No
                 if not a.is_empty():
                     deps.append(a.reverse())
     deps += _state_deps(prog, pdg, analysis, of, byid)
-    regroup = (lambda r: build_problem(prog, pdg, analysis, grouping, siblings, r)) if grouping else None
+    regroup = (lambda r: build_problem(prog, pdg, analysis, grouping, r)) if grouping else None
     return Problem(groups, of, dom, _union(deps, isl.UnionMap) if deps else None, analysis.model.ctx, regroup,
                    joins, restrict)
 
@@ -664,4 +691,5 @@ def time_map(schedule: isl.Schedule, problem: Problem) -> isl.UnionMap:
     return _union(maps, isl.UnionMap)
 
 
-__all__ = ["Group", "Problem", "build_problem", "compute_schedule", "make_groups", "refine", "time_map", "var"]
+__all__ = ["GROUPS", "JOINS", "SEGMENTS", "Group", "Problem", "build_problem", "compute_schedule", "make_groups",
+           "refine", "time_map", "var"]
