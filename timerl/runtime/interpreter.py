@@ -234,7 +234,9 @@ class Render:
         elif op is Op.ACCESS:
             L.append(f"o = {args[0]}")
         elif op is Op.CONST:
-            L.append(f"o = {self.sym(f'c{n}', node.attrs['value'])}")
+            # a private writeable copy: numba's dispatcher types only aligned writeable arrays on its
+            # fast path (a read-only operand costs a Python typeof, about 5 us, per kernel call)
+            L.append(f"o = {self.sym(f'c{n}', np.array(node.attrs['value'], order='C'))}")
         elif op is Op.DATA:
             L.append(f"o = np.asarray({self.sym(f'arr{n}', node.attrs['array'])}[{k}])")
         elif op is Op.DIM_VALUE:
