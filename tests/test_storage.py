@@ -278,3 +278,59 @@ def test_numba_planned_peak_counts_what_its_kernels_store():
     exe.run()
     assert exe.stats["kernels"] >= 1 and "evaluate(" not in exe.source
     assert exe.planned_peak() == exe.stats["peak_bytes"]
+
+
+# -- slots: one variable for a tensor that never holds two live points ----------------------------
+
+
+def _pair_prog():
+    """``y[t] = x[t] + x[t - 1]``: ``x`` holds two live points (t - 1 and t) when ``y[t]`` runs;
+    the returns program ``g[t] = r[t] + gamma g[t + 1]`` never does (``g[t + 1]`` is read and
+    freed before ``g[t]`` is written)."""
+    prog = tl.Program("t")
+    (t,), (T,) = prog.dims, prog.bounds
+    d = np.linspace(0, 1, 5 * 3, dtype="float32").reshape(5, 3)
+    out = {}
+    with prog:
+        x = tl.exp(tl.tensor(d, (t,), name="d"))
+        y = tl.placeholder((3,), "float32", (t,), name="y")
+        y[0] = x
+        y[t] = x + x[t - 1]
+        tl.sink(y, lambda v, p: out.__setitem__(p["t"], v.copy()))
+    want = np.exp(d)
+    want[1:] += np.exp(d[:-1])
+    return prog, out, want
+
+
+def _node(exe, name):
+    if name == "x":  # the pair program's exp
+        return next(n for n in exe.pdg.nodes if exe.pdg.rec(n).attrs.get("fn") == "exp")
+    return next(n for n in exe.pdg.nodes if exe.pdg.rec(n).name == name)
+
+
+def test_slots_are_the_tensors_with_one_live_point_and_keep_values():
+    prog, bounds, _ = PROGRAMS["returns"]()
+    exe = prog.compile(bounds, backend="numpy", check=True)
+    assert _node(exe, "g") in exe.plan.slots
+    prog, out, want = _pair_prog()
+    exe = prog.compile({"T": 5}, backend="numpy", check=True)
+    x = _node(exe, "x")
+    assert x not in exe.plan.slots and exe.plan.slots
+    for n in exe.plan.slots:  # a slot is one variable: no point key is looked up
+        assert f"v{n} = o" in exe.source and f"s{n}[" not in exe.source
+    exe.run()
+    np.testing.assert_allclose(np.stack([out[k] for k in range(5)]), want, rtol=1e-6)
+    for name in ("returns", "env", "nstep", "mlp"):
+        assert_close(run(name, backend="numpy"), run(name, backend="reference"))
+
+
+def test_checking_mode_catches_a_slot_that_holds_two_live_points():
+    prog, _, _ = _pair_prog()
+    exe = prog.compile({"T": 5}, backend="numpy", check=True)
+    plan, x = exe.plan, _node(exe, "x")
+    low = Lowering(exe.prog, exe.pdg, exe.bounds, 0, plan.problem.groups, plan.tree, {}, "check", "numpy",
+                   plan.inline, plan.kinds, set(plan.slots) | {x})
+    _, run_, _, _, _ = low.build(plan.frees)
+    with pytest.raises(tl.RuntimeFault, match=r"tensor '[^']+' is (read|freed) at point \(t = \d\) after its "
+                                              r"slot was overwritten by the point \(t = \d\)"):
+        run_()

@@ -511,9 +511,11 @@ class CheckRender(Render):
         return [f"if k{n} == {key}:", f"    live -= {self.nb(n, f'v{n}')}", f"    v{n} = None", f"    k{n} = None"]
 
     def free(self, n, key):
-        held = f"k{n} == {key}" if n in self.slots else f"{key} in s{n}"
-        return [f"if {key} not in fr{n}:", f"    if not ({held}): bad_free({n}, {key})",
-                f"    fr{n}.add({key})"] + self.drop(n, key)
+        if n in self.slots:
+            bad = f"    if k{n} != {key}: bad_free({n}, {key}, k{n})"
+        else:
+            bad = f"    if {key} not in s{n}: bad_free({n}, {key})"
+        return [f"if {key} not in fr{n}:", bad, f"    fr{n}.add({key})"] + self.drop(n, key)
 
     def take(self, p, key):
         return self.drop(p, key, "dv") + [f"fr{p}.add({key})"]
@@ -593,9 +595,12 @@ class CheckRender(Render):
                            f"inf/NaN at point ({self._where(seg[0], k)}) where numpy's rules give finite values "
                            "(a backend defect: please report it with this program)")
 
-    def _bad_free(self, n, k):
+    def _bad_free(self, n, k, held=None):
+        what = "before it was written"
+        if held is not None:
+            what = f"after its slot was overwritten by the point ({self._where(n, held)})"
         raise RuntimeFault(f"schedule check: tensor {self.pdg.rec(n).name!r} is freed at point ({self._where(n, k)}) "
-                           "before it was written")
+                           f"{what}")
 
 
 class PlanRender(Render):
