@@ -390,13 +390,15 @@ class Render:
     def slot_vars(self):
         return [f"v{n}" for n in self.slots]
 
+    counts_only = False  # PlanRender: values are byte counts, block stores hold no arrays
+
     def stores(self):
         for n in self.pdg.nodes:
             if n in self.slots:
                 continue
             st = self.blocks.get(n)
             self.ns[f"s{n}"] = {} if st is None else BlockStore(
-                st.pos, st.lo, st.length, st.shape, st.dtype, ring=st.kind == "circular", plan=False)
+                st.pos, st.lo, st.length, st.shape, st.dtype, ring=st.kind == "circular", plan=self.counts_only)
         return [self.ns[f"s{n}"] for n in self.pdg.nodes if n not in self.slots]
 
     def build(self):
@@ -607,6 +609,8 @@ class PlanRender(Render):
     """Counts bytes only: every value is its byte count (the planned peak; no numpy work, no
     kernels). It stores exactly what the run stores."""
 
+    counts_only = True
+
     def read_point(self, n, p, out, key):
         return "0"
 
@@ -656,14 +660,6 @@ class PlanRender(Render):
         finally:
             self.backend = backend
 
-    def stores(self):
-        for n in self.pdg.nodes:
-            if n in self.slots:
-                continue
-            st = self.blocks.get(n)
-            self.ns[f"s{n}"] = {} if st is None else BlockStore(
-                st.pos, st.lo, st.length, st.shape, st.dtype, ring=st.kind == "circular", plan=True)
-        return [self.ns[f"s{n}"] for n in self.pdg.nodes if n not in self.slots]
 
 
 RENDERERS = {"run": Render, "check": CheckRender, "plan": PlanRender}
