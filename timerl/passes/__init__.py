@@ -9,7 +9,8 @@ switched off with ``compile(passes={name: False})``, and in checking mode runs
 - ``simplify``: exact algebraic identities and constant folding (:mod:`.simplify`);
 - ``cse``: one node per distinct computation (:mod:`.cse`);
 - ``dce``: drop what no sink or parameter update demands (:mod:`.dce`);
-- ``vectorize``: a dim that needs no order becomes a leading spatial axis (:mod:`.vectorize`).
+- ``vectorize``: a dim that needs no order becomes a leading spatial axis (:mod:`.vectorize`);
+- ``reuse``: a learner's forward ops over a rollout block read the acting activations (:mod:`.reuse`).
 
 Names the scheduler reads (not PDG rewrites): ``"group"`` (one isl statement per group of
 ops joined at the same point).
@@ -22,11 +23,13 @@ import time
 from ..errors import CompileError
 from .cse import cse
 from .dce import dce
+from .reuse import reuse
 from .simplify import simplify
 from .vectorize import vectorize
 from .verify import VerifyError, verify
 
-PIPELINE = [("simplify", simplify), ("cse", cse), ("dce", dce), ("vectorize", vectorize)]
+PIPELINE = [("simplify", simplify), ("cse", cse), ("dce", dce), ("vectorize", vectorize),
+            ("reuse", reuse)]
 SCHEDULER_SWITCHES = ("group",)
 
 
