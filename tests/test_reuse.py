@@ -76,9 +76,10 @@ def _program(params="same", block="same", sink_all=True, bias_shape=(5,), axis=1
 
 
 def test_small_program_learner_reads_the_acting_block():
+    # vectorize off: here the acting layer is on no cycle, so vectorize would batch it over t too
     prog, bounds, _ = _program()
-    off = optimized(prog, bounds, reuse=False)
-    on = optimized(prog, bounds)
+    off = optimized(prog, bounds, reuse=False, vectorize=False)
+    on = optimized(prog, bounds, vectorize=False)
     assert len(ops(off, Op.MATMUL)) == 2 and len(ops(off, Op.UNARY)) == 2
     # the learner's matmul, bias add and tanh are gone; it reads tanh[i, 0:T] of the acting step
     assert len(ops(on, Op.MATMUL)) == 1 and ops(on, Op.MATMUL, ("i", "t"))
@@ -94,7 +95,7 @@ def test_small_program_learner_reads_the_acting_block():
 
 def test_a_fixed_operand_of_full_rank_broadcasts_the_same_at_every_step():
     prog, bounds, _ = _program(bias_shape=(2, 5))
-    on = optimized(prog, bounds)
+    on = optimized(prog, bounds, vectorize=False)
     assert not ops(on, Op.MATMUL, ("i",))
     prog, bounds, want = _program(bias_shape=(2, 5))
     prog.compile(bounds, backend="reference").run()
@@ -117,8 +118,8 @@ def test_small_program_values(backend, on):
                          ids=["params_at_i+1", "block_1:T+1", "acting_not_at_every_t", "sum_over_the_block_axis"])
 def test_not_rewritten(kw):
     prog, bounds, _ = _program(**kw)
-    off = optimized(prog, bounds, reuse=False)
-    on = optimized(prog, bounds)
+    off = optimized(prog, bounds, reuse=False, vectorize=False)
+    on = optimized(prog, bounds, vectorize=False)
     if kw.get("axis") == 0:   # the layer is reused; the sum over the steps is not the acting sum
         assert not ops(on, Op.MATMUL, ("i",))
         assert [n for n in ops(on, Op.REDUCE, ("i",)) if on.rec(n).attrs["axis"] == (0,)]
@@ -171,12 +172,52 @@ def test_reinforce_values_with_and_without(backend):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
 
 
-def test_ppo_is_left_alone():
-    """PPO's learner reads θ[i, k] and a shuffled batch: not provably the acting values (see
-    ``timerl.passes.reuse.NOT_MATCHED``), so the pass changes nothing."""
-    args = _args(P, epochs=1, minibatches=1)
-    prog, bounds, _ = P.build(args)
-    off = optimized(prog, bounds, reuse=False)
-    prog, bounds, _ = P.build(args)
-    on = optimized(prog, bounds)
-    assert sorted(on.nodes) == sorted(off.nodes)
+def _ppo(epochs, minibatches, reuse=True):
+    prog, bounds, _ = P.build(_args(P, epochs=epochs, minibatches=minibatches))
+    return optimized(prog, bounds, reuse=reuse)
+
+
+def test_ppo_one_epoch_one_minibatch_learner_reads_the_acting_block():
+    """θ[i, 0] is θ@acting[i] (the same merge branches), and the shuffled minibatch is a gather of rows
+    of the rollout, which commutes with the row-wise layers: both forward passes become gathers."""
+    off, on = _ppo(1, 1, reuse=False), _ppo(1, 1)
+    fwd = lambda g: sorted(g.rec(n).name.split(" (")[0] for op in FORWARD for n in ops(g, op, ("i", "k"))
+                           if ".layer" in g.rec(n).name or "tanh" in g.rec(n).name)
+    assert len(fwd(off)) == 16 and fwd(on) == []          # actor and critic: 3 matmuls, 3 adds, 2 tanh each
+    assert len(ops(on, Op.MATMUL)) == len(ops(off, Op.MATMUL)) - 6
+    # what the backward pass reads instead: a take of the rows of the acting block, per update
+    def gathered(n):
+        """The name of the per-step tensor whose rollout take ``n`` gathers rows of, or None."""
+        (x, _), _ = on.inputs(n)
+        if on.rec(x).op is not Op.RESHAPE or tuple(d.name for d in on.rec(x).domain) != ("i",):
+            return None
+        ((a, _),) = on.inputs(x)
+        if on.rec(a).op is Op.ACCESS:   # the block A[i, 0:T]; vectorize drops it when it batches A itself
+            ((a, _),) = on.inputs(a)
+        return on.rec(a).name.split(" (")[0]
+
+    got = sorted(x for x in map(gathered, ops(on, Op.TAKE, ("i", "k")))
+                 if x and x.startswith(("ppo.actor", "ppo.critic", "ppo.Categorical.log_probs", "ppo.v")))
+    # ppo.v twice: the minibatch's old values mb_v, and new_v, which at θ@acting is the same gather;
+    # the log-softmax is the acting one too (the logits themselves are then read by nobody)
+    assert got == ["ppo.Categorical.log_probs", "ppo.actor.tanh", "ppo.actor.tanh", "ppo.critic.tanh",
+                   "ppo.critic.tanh", "ppo.v", "ppo.v"]
+
+
+@pytest.mark.parametrize("epochs,minibatches", [(2, 1), (1, 2)])
+def test_ppo_later_updates_are_not_at_the_acting_parameters(epochs, minibatches):
+    # update k = 1 reads θ[i, 1], one Adam step past the acting parameters: no layer is rewritten
+    # (only the action's reshape, which reads no parameter, becomes a gather of the acting one)
+    on, off = _ppo(epochs, minibatches), _ppo(epochs, minibatches, reuse=False)
+    for op in FORWARD + (Op.REDUCE,):
+        assert len(ops(on, op, ("i", "k"))) == len(ops(off, op, ("i", "k")))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_ppo_values_with_and_without(backend):
+    args = _args(P, epochs=1, minibatches=1, total_steps=24)
+    keys = ("pg_loss", "v_loss", "entropy", "approx_kl")
+    want = _history(P.build, args, "reference", keys=keys)
+    for on in (True, False):
+        got = _history(P.build, args, backend, {"reuse": on}, keys=keys)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)

@@ -9,8 +9,8 @@ switched off with ``compile(passes={name: False})``, and in checking mode runs
 - ``simplify``: exact algebraic identities and constant folding (:mod:`.simplify`);
 - ``cse``: one node per distinct computation (:mod:`.cse`);
 - ``dce``: drop what no sink or parameter update demands (:mod:`.dce`);
-- ``vectorize``: a dim that needs no order becomes a leading spatial axis (:mod:`.vectorize`);
-- ``reuse``: a learner's forward ops over a rollout block read the acting activations (:mod:`.reuse`).
+- ``reuse``: a learner's forward ops over a rollout block read the acting activations (:mod:`.reuse`);
+- ``vectorize``: a dim that needs no order becomes a leading spatial axis (:mod:`.vectorize`).
 
 Names the scheduler reads (not PDG rewrites): ``"group"`` (one isl statement per group of
 ops joined at the same point).
@@ -28,8 +28,7 @@ from .simplify import simplify
 from .vectorize import vectorize
 from .verify import VerifyError, verify
 
-PIPELINE = [("simplify", simplify), ("cse", cse), ("dce", dce), ("vectorize", vectorize),
-            ("reuse", reuse)]
+PIPELINE = [("simplify", simplify), ("cse", cse), ("dce", dce), ("reuse", reuse), ("vectorize", vectorize)]
 SCHEDULER_SWITCHES = ("group",)
 
 
