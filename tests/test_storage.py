@@ -41,8 +41,9 @@ def headers(exe):
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_registry_storage_kind(name):
     prog, bounds, _ = PROGRAMS[name]()
-    # the reads as written: vectorize would read x's data whole (x[i, 0:T] needs no store at all)
-    exe = prog.compile(bounds, backend="numpy", passes={"vectorize": False})
+    # the reads as written: vectorize would read x's data whole (x[i, 0:T] needs no store at all), and
+    # reuse would have mlp's learner read the acting layer's block instead of x's
+    exe = prog.compile(bounds, backend="numpy", passes={"vectorize": False, "reuse": False})
     assert headers(exe) == KINDS.get(name, [])
     if name in KINDS:
         # the generated code reads slices from the block/ring, never stacks points

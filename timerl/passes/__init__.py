@@ -11,6 +11,7 @@ Rewrites (the graph changes):
 - ``simplify``: exact algebraic identities and constant folding (:mod:`.simplify`);
 - ``cse``: one node per distinct computation (:mod:`.cse`);
 - ``dce``: drop what no sink or parameter update demands (:mod:`.dce`);
+- ``reuse``: a learner's forward ops over a rollout block read the acting activations (:mod:`.reuse`);
 - ``vectorize``: a dim that needs no order becomes a leading spatial axis (:mod:`.vectorize`).
 
 Annotations (the graph is the same, with a record in ``pdg.graph`` that later stages only read):
@@ -38,12 +39,13 @@ from .cse import cse
 from .dce import dce
 from .fuse import fuse
 from .group import group
+from .reuse import reuse
 from .simplify import simplify
 from .vectorize import vectorize
 from .verify import VerifyError, verify
 
-PIPELINE = [("simplify", simplify), ("cse", cse), ("dce", dce), ("vectorize", vectorize), ("group", group),
-            ("fuse", fuse)]
+PIPELINE = [("simplify", simplify), ("cse", cse), ("dce", dce), ("reuse", reuse), ("vectorize", vectorize),
+            ("group", group), ("fuse", fuse)]
 ANNOTATIONS = (GROUPS, JOINS, SEGMENTS)  # the pdg.graph keys the annotating passes write
 ANNOTATING = ("group", "fuse")
 # switches the scheduler read before grouping became a pass; none now (kept for callers)
