@@ -368,6 +368,7 @@ def test_group_off_is_one_statement_per_node():
 
 
 def test_fuse_annotates_each_group_with_its_kernel_segments():
+    from timerl.kernels import statement
     from timerl.passes.fuse import segments_of
 
     prog, bounds, _ = PROGRAMS["mlp"]()
@@ -375,7 +376,7 @@ def test_fuse_annotates_each_group_with_its_kernel_segments():
     segs = pdg.graph["segments"]
     assert sorted(segs) == sorted(ms for _, ms in pdg.graph["groups"])
     for gid, ms in pdg.graph["groups"]:
-        assert segs[ms] == segments_of(pdg, ms, pdg.rec(gid).domain)
+        assert segs[ms] == segments_of(pdg, ms, pdg.rec(gid).domain, statement.renderable)
     assert any(kind == "seg" for s in segs.values() for kind, _ in s)
     for backend in ("numpy", None):  # only numba fuses
         other, _ = optimize(prog, bounds, check=True, backend=backend)

@@ -29,7 +29,8 @@ from collections.abc import Mapping
 from .config import config
 from .errors import CompileError
 from .ir.analysis import analyze, live_nodes, resolve_bounds
-from .passes import check_switches, run_passes
+from .kernels import statement
+from .passes import PassContext, check_switches, run_passes
 from .passes.fuse import annotate_groups
 from .runtime.executable import Executable, Schedule
 from .runtime.interpreter import Lowering
@@ -75,13 +76,19 @@ def compile_program(prog, bounds, backend="numba", seed=0, memory_budget=None, p
                             memory_budget=memory_budget, passes=passes, check=check)
 
 
+def pass_context(backend) -> PassContext:
+    """What the passes learn of ``backend``: numba's kernel generator for the ``fuse`` pass."""
+    return PassContext(backend, statement.renderable if backend == "numba" else None)
+
+
 def optimize(prog, bounds, passes=None, check=True, backend="numba"):
     """``(pdg, analysis)`` of ``prog`` after the bounds, the analysis and the pass pipeline, without
     scheduling or lowering (for structural tests and tools); ``check`` verifies after each pass;
     ``backend``: the one the ``fuse`` pass annotates for."""
     pdg = prog.pdg
     bounds = resolve_bounds(prog, pdg, bounds, live_nodes(pdg))
-    return run_passes(prog, pdg, bounds, analyze(prog, pdg, bounds), passes, {}, check=check, backend=backend)
+    return run_passes(prog, pdg, bounds, analyze(prog, pdg, bounds), passes, {}, check=check,
+                       ctx=pass_context(backend))
 
 
 def build_executable(prog, pdg, bounds, analysis, times, backend="numba", seed=0, memory_budget=None,
@@ -94,7 +101,7 @@ def build_executable(prog, pdg, bounds, analysis, times, backend="numba", seed=0
     check = config.check if check is None else bool(check)
     t0 = time.perf_counter()
     pdg, analysis = run_passes(prog, pdg, bounds, analysis, passes, times, check=check or config.verify,
-                               backend=backend)
+                               ctx=pass_context(backend))
     times["passes"] = time.perf_counter() - t0
     grouping = GROUPS in pdg.graph  # the group pass ran (compile(passes={"group": False}): one per node)
     plan = Plan(prog, pdg, bounds, analysis, grouping, "default", times)
@@ -162,7 +169,8 @@ class Plan:
             grouping = False
             self.problem = build_problem(prog, pdg, analysis, grouping)
             self.isl_schedule = compute_schedule(prog, pdg, self.problem, variant)
-        annotate_groups(pdg, self.problem.groups)  # groups the fuse pass did not see (fallback, refined)
+        # groups the fuse pass did not see (the fallback, a refined grouping)
+        annotate_groups(pdg, self.problem.groups, statement.renderable)
         T = time_map(self.isl_schedule, self.problem)
         t1 = time.perf_counter()
         last = memory.last_reads(prog, pdg, analysis, self.problem, T)

@@ -6,7 +6,7 @@ import threading
 
 from ..errors import CompileError
 from ..ir.expr import Bound, Dim
-from ..ir.ops import Edge, Node, Op
+from ..ir.ops import Node, Op
 from ..ir.pdg import PDG
 from .naming import label
 

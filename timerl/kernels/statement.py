@@ -34,7 +34,7 @@ import hashlib
 import numpy as np
 
 from ..ir import registry
-from ..ir.ops import Op, broadcast, is_basis
+from ..ir.ops import Op, broadcast
 from . import scalar
 
 FLOATS = (np.dtype("float32"), np.dtype("float64"))
@@ -67,7 +67,6 @@ REDUCE3 = {"sum": 0, "mean": 1, "max": 2, "min": 3, "std": 4, "logsumexp": 5}  #
 #: a segment longer than this many members is cut into kernels of at most this many: numba's
 #: front end costs grow faster than linearly with a function's size (20 loop nests: 1.2 s,
 #: 40: 3.2 s, 160: 23 s to compile)
-MAX_MEMBERS = 64
 
 
 def st(shape) -> tuple:
@@ -229,46 +228,6 @@ def operand_index(shape, target, names) -> str:
     off = len(target) - len(shape)
     return ", ".join("0" if (int(shape[a]) == 1 and int(target[a + off]) != 1) else names[a + off]
                      for a in range(len(shape)))
-
-
-def order(pdg, members, ok) -> list:
-    """Members reordered (dependences kept) so that kernel members gather into few segments:
-    ``[("glue", n) | ("seg", [n, ...])]``. Reads of other statements (access, placeholders,
-    sources) go first, kernel members next as far as they can, other interpreter members
-    (UDFs, sinks, random draws) as late as their consumers allow."""
-    mem = set(members)
-    # same-point dependences only: a placeholder or access reading another point of a member (p[i - 1])
-    # reads an earlier execution of the statement
-    deps = {n: {p for p, e in pdg.inputs(n) if p in mem and is_basis(e, pdg.rec(p).domain)} for n in members}
-    pos = {n: i for i, n in enumerate(members)}
-    done, out = set(), []
-    early = (Op.ACCESS, Op.MERGE, Op.CONST, Op.DATA, Op.DIM_VALUE)
-    judged = {n: ok(n) for n in members}
-    ok = judged.__getitem__
-    while len(done) < len(members):
-        ready = [n for n in members if n not in done and deps[n] <= done]
-        first = [n for n in ready if not ok(n) and pdg.rec(n).op in early]
-        if first:
-            for n in first:
-                out.append(("glue", n))
-                done.add(n)
-            continue
-        seg = []
-        while True:
-            more = [n for n in members if n not in done and ok(n) and deps[n] <= done]
-            if not more:
-                break
-            for n in more:
-                seg.append(n)
-                done.add(n)
-        if seg:
-            seg.sort(key=pos.get)  # member order is a topological order: so is each run of it
-            out += [("seg", seg[a:a + MAX_MEMBERS]) for a in range(0, len(seg), MAX_MEMBERS)]
-            continue
-        n = min((n for n in members if n not in done and deps[n] <= done), key=pos.get)
-        out.append(("glue", n))
-        done.add(n)
-    return out
 
 
 class Render:

@@ -34,7 +34,7 @@ import dataclasses
 import time
 
 from ..errors import CompileError
-from ..schedule.model import GROUPS, JOINS, SEGMENTS
+from .group import GROUPS, JOINS, SEGMENTS
 from .cse import cse
 from .dce import dce
 from .fuse import fuse
@@ -55,9 +55,12 @@ SCHEDULER_SWITCHES = ()
 @dataclasses.dataclass(frozen=True)
 class PassContext:
     """What a pass with ``takes_context`` learns beyond the program: the backend compiled for
-    (None when the passes run without one, e.g. :func:`timerl.compiler.optimize` by default)."""
+    (None when the passes run without one) and, for a backend that compiles statement kernels,
+    its generator's test ``renderable(pdg, node, dims)`` (the compiler driver passes it: passes
+    never import a backend)."""
 
     backend: str | None = None
+    renderable: object = None
 
 
 def check_switches(switches):
@@ -75,12 +78,12 @@ def check_switches(switches):
             raise CompileError(f"compile(passes=...): the switch of pass {k!r} is {v!r}; use True or False")
 
 
-def run_passes(prog, pdg, bounds, analysis, switches, times, check=False, backend=None):
+def run_passes(prog, pdg, bounds, analysis, switches, times, check=False, ctx=None):
     """Run the enabled passes of ``PIPELINE`` in order; ``check`` verifies the graph around each.
-    ``backend``: the backend compiled for (the ``fuse`` pass records nothing without numba)."""
+    ``ctx``: the :class:`PassContext` (the ``fuse`` pass records nothing without a kernel generator)."""
     switches = dict(switches or {})
     check_switches(switches)
-    ctx = PassContext(backend)
+    ctx = ctx or PassContext()
     if check:
         verify(pdg, prog, after="(program as built)", analysis=analysis)
     for name, fn in PIPELINE:

@@ -1,15 +1,16 @@
 """Fusion: which members of each statement run as one statement kernel, recorded on the PDG.
 
-On the numba backend the members of a group statement that
-:func:`timerl.kernels.statement.renderable` accepts are cut into *segments*, each compiled into
-one kernel, and the rest (UDFs, sinks, placeholders, reads of other statements) are *glue*
-run by the interpreter (:func:`timerl.kernels.statement.order`). The pass returns a copy of the
+On a backend that compiles statement kernels the members of a group statement that its
+kernel generator accepts (``PassContext.renderable``; numba's is
+:func:`timerl.kernels.statement.renderable`) are cut into *segments*, each compiled into one
+kernel, and the rest (UDFs, sinks, placeholders, reads of other statements) are *glue* run by
+the interpreter (:func:`order`). The pass returns a copy of the
 graph annotated with ``pdg.graph["segments"]`` (:data:`SEGMENTS`): a dict from each group's
 members (the tuple, as the ``group`` pass recorded them; one node each when grouping is off)
 to its list of ``("seg", [n, ...])`` and ``("glue", n)`` in execution order.
 
-It needs the backend (:class:`~timerl.passes.PassContext`): on backends other than numba (and
-when none is given) it records nothing, and the lowering runs every member in the interpreter;
+It needs the backend's kernel generator (:class:`~timerl.passes.PassContext`, given by the
+compiler driver): without one (numpy, or no backend) it records nothing, and the lowering runs every member in the interpreter;
 so does numba with the pass switched off (``compile(passes={"fuse": False})``). The lowering
 (``Lowering.segments``) only reads the segments; the groups the scheduler makes beyond the
 annotated ones (the ungrouped fallback, a refined grouping) get theirs from :func:`annotate_groups`
@@ -18,21 +19,64 @@ with the same rule. It follows the ``group`` pass; a later ``group`` or rewritin
 
 from __future__ import annotations
 
-from ..kernels import statement
-from ..schedule.model import GROUPS, SEGMENTS
+from ..ir.ops import Op, is_basis
+from .group import GROUPS, SEGMENTS
 
-FUSING_BACKENDS = ("numba",)
+#: at most this many members per segment: numba's compile time grows faster than linearly with a
+#: function's size
+MAX_MEMBERS = 64
 
 
-def segments_of(pdg, members, domain) -> list:
-    """``statement.order`` of ``members`` (a statement over ``domain``): kernel segments and glue."""
+def order(pdg, members, ok) -> list:
+    """Members reordered (dependences kept) so that kernel members gather into few segments:
+    ``[("glue", n) | ("seg", [n, ...])]``. Reads of other statements (access, placeholders,
+    sources) go first, kernel members next as far as they can, other interpreter members
+    (UDFs, sinks, random draws) as late as their consumers allow."""
+    mem = set(members)
+    # same-point dependences only: a placeholder or access reading another point of a member (p[i - 1])
+    # reads an earlier execution of the statement
+    deps = {n: {p for p, e in pdg.inputs(n) if p in mem and is_basis(e, pdg.rec(p).domain)} for n in members}
+    pos = {n: i for i, n in enumerate(members)}
+    done, out = set(), []
+    early = (Op.ACCESS, Op.MERGE, Op.CONST, Op.DATA, Op.DIM_VALUE)
+    judged = {n: ok(n) for n in members}
+    ok = judged.__getitem__
+    while len(done) < len(members):
+        ready = [n for n in members if n not in done and deps[n] <= done]
+        first = [n for n in ready if not ok(n) and pdg.rec(n).op in early]
+        if first:
+            for n in first:
+                out.append(("glue", n))
+                done.add(n)
+            continue
+        seg = []
+        while True:
+            more = [n for n in members if n not in done and ok(n) and deps[n] <= done]
+            if not more:
+                break
+            for n in more:
+                seg.append(n)
+                done.add(n)
+        if seg:
+            seg.sort(key=pos.get)  # member order is a topological order: so is each run of it
+            out += [("seg", seg[a:a + MAX_MEMBERS]) for a in range(0, len(seg), MAX_MEMBERS)]
+            continue
+        n = min((n for n in members if n not in done and deps[n] <= done), key=pos.get)
+        out.append(("glue", n))
+        done.add(n)
+    return out
+
+
+def segments_of(pdg, members, domain, renderable) -> list:
+    """:func:`order` of ``members`` (a statement over ``domain``) for a kernel generator that
+    accepts node ``n`` when ``renderable(pdg, n, dims)``: kernel segments and glue."""
     dims = [d.name for d in domain]
-    return statement.order(pdg, list(members), lambda n: statement.renderable(pdg, n, dims))
+    return order(pdg, list(members), lambda n: renderable(pdg, n, dims))
 
 
 def fuse(prog, pdg, bounds, analysis, ctx=None):
     """A copy of ``pdg`` annotated with each group's segments for ``ctx.backend`` (module docstring)."""
-    if ctx is None or ctx.backend not in FUSING_BACKENDS:
+    if ctx is None or ctx.renderable is None:
         if SEGMENTS not in pdg.graph:
             return pdg, analysis
         out = pdg.copy()
@@ -43,14 +87,14 @@ def fuse(prog, pdg, bounds, analysis, ctx=None):
     else:  # grouping off: one statement per demanded node
         groups = [(n, (n,)) for n in analysis.live if not analysis.demand[n].is_empty()]
     out = pdg.copy()
-    out.graph[SEGMENTS] = {tuple(ms): segments_of(pdg, ms, pdg.rec(gid).domain) for gid, ms in groups}
+    out.graph[SEGMENTS] = {tuple(ms): segments_of(pdg, ms, pdg.rec(gid).domain, ctx.renderable) for gid, ms in groups}
     return out, analysis
 
 
 fuse.takes_context = True
 
 
-def annotate_groups(pdg, groups):
+def annotate_groups(pdg, groups, renderable):
     """Give each scheduled group (:class:`~timerl.schedule.model.Group`) without segments its own,
     when ``pdg`` carries the fusion annotation (the groups the scheduler made beyond the annotated
     ones: the ungrouped fallback, a refined grouping). Groups of a graph without it keep None."""
@@ -58,7 +102,7 @@ def annotate_groups(pdg, groups):
         return
     for g in groups:
         if g.segments is None:
-            g.segments = segments_of(pdg, g.members, g.domain)
+            g.segments = segments_of(pdg, g.members, g.domain, renderable)
 
 
-__all__ = ["FUSING_BACKENDS", "SEGMENTS", "annotate_groups", "fuse", "segments_of"]
+__all__ = ["MAX_MEMBERS", "SEGMENTS", "annotate_groups", "fuse", "order", "segments_of"]

@@ -1,6 +1,6 @@
 """Grouping: which live nodes run together as one isl statement, recorded on the PDG.
 
-The pass joins nodes with :func:`timerl.schedule.model.make_groups` (same domain and demand,
+The pass joins nodes with :func:`make_groups` (same domain and demand,
 joined at the same point by basis edges or siblings at the same points, no join that closes a
 chain of reads at one point) and returns a copy of the graph annotated with
 
@@ -21,14 +21,245 @@ the last rewrite of the pipeline (only annotating passes, :mod:`.fuse`, follow i
 
 from __future__ import annotations
 
-from ..schedule import model
-from ..schedule.model import GROUPS, JOINS, SEGMENTS
+import dataclasses
+
+import networkx as nx
+import sympy
+
+from ..ir import registry
+from ..ir.ops import Op, Slice, is_basis
+from ..ir.polyhedral import stmt
+
+def _alone(pdg, n) -> bool:
+    """Node ``n``'s op always forms a statement of its own."""
+    return registry.op(pdg.rec(n).op).has("alone")
+
+
+# the grouping pass's annotations on the PDG (timerl.passes.group): ((gid, members), ...) in
+# statement order, and the joins that made them, in order (for refine)
+GROUPS = "groups"
+JOINS = "group_joins"
+# the fusion pass's (timerl.passes.fuse): {members: [("seg", [n, ...]) | ("glue", n)]}
+SEGMENTS = "segments"
+
+
+@dataclasses.dataclass
+class Group:
+    gid: int  # the representative node (smallest id)
+    members: list  # node ids in execution order at one point
+    domain: tuple  # dims shared by all members
+    # the fusion pass's kernel segments of the members (timerl.passes.fuse), None without one
+    segments: list | None = None
+
+    @property
+    def name(self) -> str:
+        return stmt(self.gid)
+
+
+def _renamed(s, name):
+    return s.set_tuple_name(name)
+
+
+def _same_point(pdg, c, p, e) -> bool:
+    return pdg.rec(c).domain == pdg.rec(p).domain and is_basis(e, pdg.rec(p).domain)
+
+
+def _shifted(pdg, p, e) -> frozenset:
+    """Dims along which an index reads a constant distance away (never the same point there)."""
+    out = set()
+    for ent, d in zip(e.index, pdg.rec(p).domain):
+        if isinstance(ent, Slice):
+            continue
+        diff = sympy.sympify(ent) - d.e
+        if diff.is_Integer and diff != 0:
+            out.add(d.name)
+    return frozenset(out)
+
+
+def _join_siblings(pdg, analysis, live, parent, find, group_of, tag, creates_cycle, permit):
+    """Join groups that no edge connects but that run at the same points (the per-parameter
+    merges, snapshots and optimizer states of an RL program): same dims, equal demand, the
+    same recurrence (or none for both: a recurrent group joined with one outside it can tie
+    points that need different orders), no edge between them, and no chain of reads between
+    them through another group at one point. No UDF joins (their state order is per node)."""
+    edges = {}
+    for n in live:
+        for q, _ in pdg.inputs(n):
+            if q in parent and q != n:
+                edges.setdefault(n, set()).add(q)
+                edges.setdefault(q, set()).add(n)
+    buckets = {}
+    for r in sorted(group_of):
+        if any(pdg.rec(n).op is Op.UDF for n in group_of[r]):
+            continue
+        buckets.setdefault(tuple(d.name for d in pdg.rec(r).domain), []).append(r)
+    for roots in buckets.values():
+        reps = []  # groups formed so far in this bucket
+        for r in roots:
+            dr = _renamed(analysis.demand[r], "X")
+            for a in reps:
+                a = find(a)
+                if a == r:
+                    break
+                ta, tr = tag.get(a), tag.get(r)
+                if ta != tr:
+                    continue
+                if not _renamed(analysis.demand[a], "X").is_equal(dr):
+                    continue
+                if any(edges.get(n, set()) & group_of[a] for n in group_of[r]):
+                    continue
+                if creates_cycle(a, r) or not permit(a, r):
+                    continue
+                lo, hi = min(a, r), max(a, r)
+                parent[hi] = lo
+                group_of[lo] |= group_of.pop(hi)
+                if tag.get(lo) is None:
+                    tag[lo] = tag.get(hi)
+                r = lo
+                reps = [x for x in reps if find(x) != lo]
+                break
+            reps.append(r)
+
+
+def make_groups(pdg, analysis, enabled=True, siblings=True, restrict=None, joins=None,
+                check_cycles=True) -> tuple[list, dict]:
+    """Groups of live nodes and the map node -> group id.
+
+    Joins are made one at a time, in a fixed order. ``restrict``: ``(nodes, pairs)``, a join of a group
+    that holds one of ``nodes`` is made only if its pair is in ``pairs`` (the scalar sources'
+    statement is always made); ``joins``: a list that receives the pair of each join made (two
+    nodes, one from each side), in order (see :func:`refine`). ``check_cycles=False``
+    drops the check that a join closes no chain of reads at one point (tests of the fallback).
+    """
+    live = [n for n in analysis.live if not analysis.demand[n].is_empty()]
+    parent = {n: n for n in live}
+    made = [] if joins is None else joins
+    made.clear()
+
+    def find(n):
+        while parent[n] != n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+
+    # each group holds at most one recurrence (nontrivial SCC of the node graph): a forward
+    # and a backward recurrence in one statement could have no order at all
+    sub = pdg.subgraph(live)
+    tag = {}
+    for k, scc in enumerate(nx.strongly_connected_components(sub)):
+        if len(scc) > 1 or any(sub.has_edge(n, n) for n in scc):
+            for n in scc:
+                tag[n] = k
+    # edges that may join two instances at the same point (all but constant shifts)
+    sp = {n: [(q, _shifted(pdg, q, e)) for q, e in pdg.inputs(n) if q in parent] for n in live}
+    group_of = {n: {n} for n in live}
+    succ_by_dims = {}  # the group's dims -> node -> inputs not shifted along them
+
+    def permit(a, b, x=None, y=None):
+        """Record the join of groups a and b (nodes x, y: one of each) unless it is refused."""
+        x, y = (a, b) if x is None else (x, y)
+        if restrict is not None and (x, y) not in restrict[1] and (
+                not restrict[0].isdisjoint(group_of[a]) or not restrict[0].isdisjoint(group_of[b])):
+            return False
+        made.append((x, y))
+        return True
+
+    def creates_cycle(a, b):
+        """Would joining groups a and b close a chain of reads at one of their points through
+        another group? Reads shifted along one of the group's own dims cannot (conservative).
+
+        The walk is over groups, not nodes: a group runs all its members at once, so a chain
+        that reaches one member of a group goes on from every member of it (the critic's
+        weights and the learner's slice of the rollout in one group at ``i`` tie every acting
+        step of that iteration before and after it, though no chain of nodes joins them)."""
+        if not check_cycles:
+            return False
+        both = group_of[a] | group_of[b]
+        dims = frozenset(d.name for d in pdg.rec(a).domain)
+        nxt = succ_by_dims.setdefault(dims, {})
+
+        def succ(n):
+            if n not in nxt:
+                nxt[n] = [q for q, sh in sp[n] if not (sh & dims)]
+            return nxt[n]
+
+        for src, dst in ((group_of[a], group_of[b]), (group_of[b], group_of[a])):
+            seen, stack = set(), [q for n in src for q in succ(n) if q not in both]
+            while stack:
+                r = find(stack.pop())
+                if r in seen:
+                    continue
+                seen.add(r)
+                for n in group_of[r]:
+                    for q in succ(n):
+                        if q in dst:
+                            return True
+                        if q not in both and find(q) not in seen:
+                            stack.append(q)
+        return False
+
+    if enabled:
+        # scalar sources (constants, scalar data: no dims, no live inputs) form one statement:
+        # nothing they read can depend on anything, so joining them never closes a cycle, and
+        # dozens of one-point statements otherwise dominate isl's AST generation
+        src = [n for n in live if not pdg.rec(n).domain and not _alone(pdg, n)
+               and not any(p in parent for p, _ in pdg.inputs(n))]
+        for n in src[1:]:
+            parent[n] = src[0]
+            group_of[src[0]] |= group_of.pop(n)
+        for c in live:
+            if _alone(pdg, c):
+                continue
+            for p, e in pdg.inputs(c):
+                if p not in parent or pdg.rec(p).op is Op.UDF or not _same_point(pdg, c, p, e):
+                    continue
+                dc, dp = analysis.demand[c], analysis.demand[p]
+                if not _renamed(dp, stmt(c)).is_equal(dc):
+                    continue
+                a, b = find(c), find(p)
+                if a != b:
+                    ta, tb = tag.get(a), tag.get(b)
+                    if ta is not None and tb is not None and ta != tb:
+                        continue
+                    if creates_cycle(a, b) or not permit(a, b, c, p):
+                        continue
+                    lo, hi = min(a, b), max(a, b)
+                    parent[hi] = lo
+                    group_of[lo] |= group_of.pop(hi)
+                    if tag.get(lo) is None and tag.get(hi) is not None:
+                        tag[lo] = tag[hi]
+        if siblings:
+            _join_siblings(pdg, analysis, live, parent, find, group_of, tag, creates_cycle, permit)
+    members = {}
+    for n in live:
+        members.setdefault(find(n), []).append(n)
+    groups, of = [], {}
+    for gid, ms in sorted(members.items()):
+        if len(ms) > 1:
+            g = nx.DiGraph()
+            g.add_nodes_from(ms)
+            for c in ms:
+                for p, e in pdg.inputs(c):
+                    if p in ms and p != c and _same_point(pdg, c, p, e):
+                        g.add_edge(p, c)
+            try:
+                order = list(nx.lexicographical_topological_sort(g))
+            except nx.NetworkXUnfeasible:
+                return make_groups(pdg, analysis, enabled=siblings and enabled, siblings=False,
+                                   restrict=restrict, joins=joins, check_cycles=check_cycles)
+        else:
+            order = ms
+        groups.append(Group(gid, order, pdg.rec(gid).domain))
+        for n in ms:
+            of[n] = gid
+    return groups, of
+
 
 
 def group(prog, pdg, bounds, analysis):
     """A copy of ``pdg`` annotated with its grouping (see the module docstring)."""
     joins = []
-    groups, _ = model.make_groups(pdg, analysis, joins=joins)
+    groups, _ = make_groups(pdg, analysis, joins=joins)
     out = pdg.copy()
     out.graph[GROUPS] = tuple((g.gid, tuple(g.members)) for g in groups)
     out.graph[JOINS] = tuple(joins)
@@ -36,4 +267,4 @@ def group(prog, pdg, bounds, analysis):
     return out, analysis
 
 
-__all__ = ["GROUPS", "JOINS", "group"]
+__all__ = ["GROUPS", "JOINS", "SEGMENTS", "Group", "group", "make_groups"]

@@ -87,7 +87,6 @@ def reuse(prog, pdg, bounds, analysis):
     if not matches:
         return pdg, analysis
     out = pdg.copy()
-    before = live_nodes(out)
     model = analysis.model
     demand = {n: analysis.demand[n] for n in analysis.live if n in out}
     nxt = [max(out.nodes) + 1]

@@ -44,7 +44,7 @@ from ..ir import registry
 from ..ir.expr import symbols_of
 from ..ir.ops import Edge, Node, Op, Slice, broadcast, is_basis
 from ..ir.registry import promote
-from ..schedule.model import GROUPS, JOINS, SEGMENTS
+from .group import GROUPS, JOINS, SEGMENTS
 
 class VerifyError(CompileError):
     """The PDG broke an invariant of :mod:`timerl.passes.verify` (a compiler bug, not a user error)."""

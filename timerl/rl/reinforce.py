@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from .common import ArgError, CommonArgs, History, compile_algorithm, env_kwargs, iterations, mlp_sizes
+from .common import ArgError, CommonArgs, History, compile_algorithm, env_kwargs, iterations
 
 
 @dataclasses.dataclass
