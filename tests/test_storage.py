@@ -316,9 +316,10 @@ def test_slots_are_the_tensors_with_one_live_point_and_keep_values():
     prog, out, want = _pair_prog()
     exe = prog.compile({"T": 5}, backend="numpy", check=True)
     x = _node(exe, "x")
-    assert x not in exe.plan.slots and exe.plan.slots
-    for n in exe.plan.slots:  # a slot is one variable: no point key is looked up
-        assert f"v{n} = o" in exe.source and f"s{n}[" not in exe.source
+    # x[t - 1] and x[t] are live together when y[t] runs: two cells along t, indexed by t % 2
+    assert exe.plan.slots[x] == (0, 2) and f"c{x}[(d_t) % 2]" in exe.source
+    for n, (_, count) in exe.plan.slots.items():  # a slot is one variable: no point key is looked up
+        assert (f"v{n} = o" if count == 1 else f"c{n}[") in exe.source and f"s{n}[" not in exe.source
     exe.run()
     np.testing.assert_allclose(np.stack([out[k] for k in range(5)]), want, rtol=1e-6)
     for name in ("returns", "env", "nstep", "mlp"):
@@ -330,7 +331,7 @@ def test_checking_mode_catches_a_slot_that_holds_two_live_points():
     exe = prog.compile({"T": 5}, backend="numpy", check=True)
     plan, x = exe.plan, _node(exe, "x")
     low = Lowering(exe.prog, exe.pdg, exe.bounds, 0, plan.problem.groups, plan.tree, {}, "check", "numpy",
-                   plan.inline, plan.kinds, set(plan.slots) | {x})
+                   plan.inline, plan.kinds, {**plan.slots, x: (-1, 1)})
     _, run_, _, _, _ = low.build(plan.frees)
     with pytest.raises(tl.RuntimeFault, match=r"tensor '[^']+' is (read|freed) at point \(t = \d\) after its "
                                               r"slot was overwritten by the point \(t = \d\)"):

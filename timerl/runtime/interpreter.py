@@ -126,6 +126,7 @@ class Render:
     def __init__(self, prog, pdg, bounds, seed, low, backend):
         self.prog, self.pdg, self.bounds, self.seed, self.low, self.backend = prog, pdg, bounds, seed, low, backend
         self.slots = sorted(n for n, b in low.buffers.items() if b.kind == "slot")
+        self.cells = {n: b for n, b in low.buffers.items() if b.kind == "cells"}
         self.blocks = {n: b.storage for n, b in low.buffers.items() if b.kind in ("block", "circular")}
         self.stored = set(low.buffers)
         self.kernels = {}
@@ -173,14 +174,26 @@ class Render:
                 return self.read_slices(n, p, e, ent)
             key = ent
         else:
-            key = self.key(pnode.domain, own)
-        return self.read_point(n, p, e.out, key)
+            key, parts = self.key(pnode.domain, own), [f"d_{d.name}" for d in pnode.domain]
+        return self.read_point(n, p, e.out, key, parts)
 
     def _sfx(self, p, out):
         return f"[{out}]" if len(self.pdg.rec(p).shapes) > 1 else ""
 
-    def read_point(self, n, p, out, key):
-        return (f"v{p}" if p in self.slots else f"s{p}[{key}]") + self._sfx(p, out)
+    def cell(self, n, parts=None):
+        """The index of a point of cells ``n`` (coordinates ``parts``; None: the node's own point)."""
+        b = self.cells[n]
+        x = parts[b.pos] if parts is not None else f"d_{self.pdg.rec(n).domain[b.pos].name}"
+        return f"({x}) % {b.length}"
+
+    def read_point(self, n, p, out, key, parts):
+        if p in self.slots:
+            v = f"v{p}"
+        elif p in self.cells:
+            v = f"c{p}[{self.cell(p, parts)}]"
+        else:
+            v = f"s{p}[{key}]"
+        return v + self._sfx(p, out)
 
     def read_slices(self, n, p, e, ent):
         if p in self.blocks:
@@ -197,6 +210,8 @@ class Render:
         if n in self.slots:
             self._assigned.add(f"v{n}")
             return [f"v{n} = {v}", f"live += {self.nb(n, v)}"]
+        if n in self.cells:
+            return [f"c{n}[{self.cell(n)}] = {v}", f"live += {self.nb(n, v)}"]
         return [f"s{n}[{key}] = {v}", f"live += {self.nb(n, v)}"]
 
     def drop(self, n, key, var="v"):
@@ -206,6 +221,10 @@ class Render:
         if n in self.slots:
             self._assigned.add(f"v{n}")
             return [f"if v{n} is not None:", f"    live -= {self.nb(n, f'v{n}')}", f"    v{n} = None"]
+        if n in self.cells:
+            j = self.cell(n)
+            return [f"{var} = c{n}[{j}]", f"if {var} is not None:", f"    live -= {self.nb(n, var)}",
+                    f"    c{n}[{j}] = None"]
         return [f"{var} = s{n}.pop({key}, None)", f"if {var} is not None:", f"    live -= {self.nb(n, var)}"]
 
     def free(self, n, key):
@@ -378,28 +397,36 @@ class Render:
         run = "def run(tick=None):\n" + "\n".join(body) + "\n"
         nl = f"    nonlocal {', '.join(slots)}\n" if slots else ""
         inner = "\n".join(fns + [run])
+        cells = self.cell_lists()
         inner += ("def mem():\n    return live, peak\n"
                   "def reset():\n    nonlocal live, peak\n    live = 0\n    peak = 0\n"
-                  f"def drop_slots():\n{nl}" + "".join(f"    {v} = None\n" for v in slots) + "    return None\n"
+                  f"def drop_slots():\n{nl}" + "".join(f"    {v} = None\n" for v in slots)
+                  + "".join(f"    {c}[:] = [None] * {k}\n" for c, k in cells) + "    return None\n"
                   "def held():\n    return " + " + ".join(["0"] + [f"({v} is not None)" for v in slots
-                                                                   if v.startswith("v")]) + "\n")
-        head = "def make():\n    live = 0\n    peak = 0\n" + "".join(f"    {v} = None\n" for v in slots)
+                                                                   if v.startswith("v")]
+                                                          + [f"sum(x is not None for x in c{n})" for n in self.cells])
+                  + "\n")
+        head = "def make():\n    live = 0\n    peak = 0\n" + "".join(f"    {v} = None\n" for v in slots) + \
+            "".join(f"    {c} = [None] * {k}\n" for c, k in cells)
         return head + "".join("    " + ln + "\n" for ln in inner.splitlines()) + \
             "    return run, mem, reset, held, drop_slots\n"
 
     def slot_vars(self):
         return [f"v{n}" for n in self.slots]
 
+    def cell_lists(self):
+        return [(f"c{n}", b.length) for n, b in sorted(self.cells.items())]
+
     counts_only = False  # PlanRender: values are byte counts, block stores hold no arrays
 
     def stores(self):
         for n in self.pdg.nodes:
-            if n in self.slots:
+            if n in self.slots or n in self.cells:
                 continue
             st = self.blocks.get(n)
             self.ns[f"s{n}"] = {} if st is None else BlockStore(
                 st.pos, st.lo, st.length, st.shape, st.dtype, ring=st.kind == "circular", plan=self.counts_only)
-        return [self.ns[f"s{n}"] for n in self.pdg.nodes if n not in self.slots]
+        return [self.ns[f"s{n}"] for n in self.pdg.nodes if n not in self.slots and n not in self.cells]
 
     def build(self):
         src = self.source()
@@ -490,9 +517,15 @@ class CheckRender(Render):
     def slot_vars(self):
         return super().slot_vars() + [f"k{n}" for n in self.slots]
 
-    def read_point(self, n, p, out, key):
+    def cell_lists(self):  # the key each cell holds, beside it
+        return super().cell_lists() + [(f"ck{n}", b.length) for n, b in sorted(self.cells.items())]
+
+    def read_point(self, n, p, out, key, parts):
         if p in self.slots:
             return f"slot_chk(v{p}, k{p}, fr{p}, {key}, {p}, {n})" + self._sfx(p, out)
+        if p in self.cells:
+            j = self.cell(p, parts)
+            return f"slot_chk(c{p}[{j}], ck{p}[{j}], fr{p}, {key}, {p}, {n})" + self._sfx(p, out)
         return f"chk(s{p}, fr{p}, {key}, {p}, {n})" + self._sfx(p, out)
 
     def read_slices(self, n, p, e, ent):
@@ -503,18 +536,28 @@ class CheckRender(Render):
         if n in self.slots:
             self._assigned.add(f"k{n}")
             L.append(f"k{n} = {key}")
+        if n in self.cells:
+            L.append(f"ck{n}[{self.cell(n)}] = {key}")
         return L + [f"fr{n}.discard({key})"]
 
     def drop(self, n, key, var="v"):
-        if n not in self.slots:
-            return super().drop(n, key, var)
         # only the point asked for: a slot holding another point keeps it
-        self._assigned.update((f"v{n}", f"k{n}"))
-        return [f"if k{n} == {key}:", f"    live -= {self.nb(n, f'v{n}')}", f"    v{n} = None", f"    k{n} = None"]
+        if n in self.slots:
+            self._assigned.update((f"v{n}", f"k{n}"))
+            return [f"if k{n} == {key}:", f"    live -= {self.nb(n, f'v{n}')}", f"    v{n} = None",
+                    f"    k{n} = None"]
+        if n in self.cells:
+            j = self.cell(n)
+            return [f"if ck{n}[{j}] == {key}:", f"    live -= {self.nb(n, f'c{n}[{j}]')}", f"    c{n}[{j}] = None",
+                    f"    ck{n}[{j}] = None"]
+        return super().drop(n, key, var)
 
     def free(self, n, key):
         if n in self.slots:
             bad = f"    if k{n} != {key}: bad_free({n}, {key}, k{n})"
+        elif n in self.cells:
+            j = self.cell(n)
+            bad = f"    if ck{n}[{j}] != {key}: bad_free({n}, {key}, ck{n}[{j}])"
         else:
             bad = f"    if {key} not in s{n}: bad_free({n}, {key})"
         return [f"if {key} not in fr{n}:", bad, f"    fr{n}.add({key})"] + self.drop(n, key)
@@ -611,7 +654,7 @@ class PlanRender(Render):
 
     counts_only = True
 
-    def read_point(self, n, p, out, key):
+    def read_point(self, n, p, out, key, parts):
         return "0"
 
     def read_slices(self, n, p, e, ent):
@@ -672,7 +715,8 @@ class Lowering:
                  kinds=None, slots=()):
         self.prog, self.pdg, self.bounds, self.seed = prog, pdg, bounds, seed
         self.groups, self.tree, self.mode, self.backend = groups, tree, mode, backend
-        self.inline, self.kinds, self.slots = inline or {}, kinds or {}, set(slots)
+        self.inline, self.kinds = inline or {}, kinds or {}
+        self.slots = dict(slots) if isinstance(slots, dict) else {n: (-1, 1) for n in slots}
         self.donated = dict(donated)
         self.kernels = {}
 

@@ -5,6 +5,8 @@ The compiler's plan (groups, schedule tree, frees, donation, storage kinds) beco
 
 - ``buffers``: one :class:`Buffer` per stored node: how its points are kept. ``"slot"``
   (the memory plan proved that at most one point is live at a time: one variable, no key),
+  ``"cells"`` (live points differ along one dim, by less than ``length``: a list indexed by
+  that coordinate modulo ``length``),
   ``"block"``/``"circular"`` (points along one dim in one preallocated array or ring,
   :mod:`timerl.runtime.stores`) or ``"points"`` (a table of points, the general case);
 - ``statements``: per group, its :class:`Step` list in execution order. A step is one op
@@ -29,9 +31,11 @@ from ..ir.ops import Op
 @dataclasses.dataclass(frozen=True)
 class Buffer:
     node: int
-    kind: str  # "points" | "slot" | "block" | "circular"
+    kind: str  # "points" | "slot" | "cells" | "block" | "circular"
     outputs: int = 1  # values per point (a UDF may return several)
     storage: object = None  # memory.Storage for block and circular buffers
+    pos: int = -1  # cells: the domain position of the dim that indexes them
+    length: int = 1  # cells: how many
 
 
 @dataclasses.dataclass
@@ -68,8 +72,12 @@ def lower(pdg, groups, tree, donated, inline, kinds, frees, slots=(), segments=N
 
     ``segments(group)`` gives the group's fusion: ``[("seg", members) | ("glue", node)]``
     (None: every member is its own op step); ``can_donate(node)`` says whether the backend
-    evaluates ``node`` in place (a plain ufunc call) so a donation is kept.
+    evaluates ``node`` in place (a plain ufunc call) so a donation is kept; ``slots``: the
+    memory plan's point stores addressed by an integer (node -> ``(pos, n)``,
+    :func:`timerl.schedule.memory.slot_nodes`; a set: one slot each).
     """
+    if not isinstance(slots, dict):
+        slots = {n: (-1, 1) for n in slots}
     kinds = {n: st for n, st in (kinds or {}).items() if st.kind != "points"}
     # an op never writes in place into a block or ring (other points share the array)
     donated = {c: pos for c, pos in donated.items() if pdg.inputs(c)[pos][0] not in kinds}
@@ -100,5 +108,7 @@ def lower(pdg, groups, tree, donated, inline, kinds, frees, slots=(), segments=N
         if n in kinds:
             low.buffers[n] = Buffer(n, kinds[n].kind, len(node.shapes), kinds[n])
         else:
-            low.buffers[n] = Buffer(n, "slot" if n in slots else "points", len(node.shapes))
+            pos, length = slots.get(n, (-1, 0))
+            kind = "points" if length == 0 else "slot" if length == 1 else "cells"
+            low.buffers[n] = Buffer(n, kind, len(node.shapes), pos=pos, length=max(length, 1))
     return low

@@ -273,14 +273,18 @@ def storage_kinds(prog, pdg, analysis, problem, T, last: dict, free_stmts: list,
     return out
 
 
-def slot_nodes(pdg, analysis, problem, T, last: dict, free_stmts: list, inline: dict, kinds: dict) -> set:
-    """Nodes whose points the schedule never holds two of at once: each is stored in one slot.
+def slot_nodes(pdg, analysis, problem, T, last: dict, free_stmts: list, inline: dict, kinds: dict) -> dict:
+    """Point stores addressed by an integer: node -> ``(pos, n)``, the node's live points kept in
+    ``n`` slots indexed by the point's coordinate ``pos`` modulo ``n`` (``n == 1``: one slot,
+    no index; ``pos`` is then -1).
 
-    A point ``x`` is live from its write ``W(x)`` to its free ``F(x)``; the node needs one slot
-    when no other point ``y`` is written in between (``W(x) <= W(y) <= F(x)``, checked with isl
-    over every pair). A value read only by its own statement at its own point (freed at the
-    tail of that execution) needs no check, nor does a node of one point. Nodes read by slices
-    keep their storage kind; a node never freed keeps every point.
+    A point ``x`` is live from its write ``W(x)`` to its free ``F(x)``. The pairs of points live
+    together are ``x -> y`` with ``W(x) <= W(y) <= F(x)`` (isl, over every pair). None besides
+    ``x -> x``: one slot. Otherwise, when every such pair differs along one dim only, by at most
+    ``n - 1``, ``n`` slots along it never hold two live points. A value read only by its own
+    statement at its own point (freed at the tail of that execution) needs no check, nor does a
+    node of one point. Nodes read by slices keep their storage kind; a node never freed, and
+    one whose live points differ along several dims, keeps a table of points.
     """
     frees = {}
     for m in free_stmts:
@@ -288,13 +292,13 @@ def slot_nodes(pdg, analysis, problem, T, last: dict, free_stmts: list, inline: 
         u = isl.UnionMap.from_map(m)
         frees[p] = u if p not in frees else frees[p].union(u)
     own = {p for gid, ns in inline.items() for p, at in ns if at is None and problem.of.get(p) == gid}
-    out = set()
+    out = {}
     for p in problem.of:
         node = pdg.rec(p)
         if node.op is Op.SINK or p in kinds:
             continue
         if not node.domain or p in own:
-            out.add(p)
+            out[p] = (-1, 1)
             continue
         if p not in last:
             continue
@@ -303,6 +307,20 @@ def slot_nodes(pdg, analysis, problem, T, last: dict, free_stmts: list, inline: 
         F = _renamed_domain(frees[p] if p in frees else isl.UnionMap.from_map(last[p]), "X")
         C = W.lex_le_union_map(W).intersect(W.lex_le_union_map(F).reverse())
         same = isl.UnionSet.from_set(analysis.demand[p].set_tuple_name("X")).identity()
-        if C.subtract(same).intersect_params(problem.ctx).is_empty():
-            out.add(p)
+        C = C.subtract(same).intersect_params(problem.ctx)
+        if C.is_empty():
+            out[p] = (-1, 1)
+            continue
+        d = isl.Set.from_union_set(C.deltas())
+        for pos in range(d.dim(isl.dim_type.set)):
+            along = d
+            for k in range(d.dim(isl.dim_type.set)):
+                if k != pos:
+                    along = along.fix_val(isl.dim_type.set, k, 0)
+            if not d.is_subset(along):
+                continue
+            hi, lo = d.dim_max_val(pos), d.dim_min_val(pos)
+            if hi.is_int() and lo.is_int():
+                out[p] = (pos, max(hi.to_python(), -lo.to_python()) + 1)
+            break
     return out
