@@ -46,8 +46,10 @@ def test_registry_storage_kind(name):
     exe = prog.compile(bounds, backend="numpy", passes={"vectorize": False, "reuse": False})
     assert headers(exe) == KINDS.get(name, [])
     if name in KINDS:
-        # the generated code reads slices from the block/ring, never stacks points
-        assert ".gather((" in exe.source and "gather(s" not in exe.source
+        # the generated code reads slices from the block/ring (a BlockStore's gather, or rows of the
+        # block's one array when it never holds two blocks), never stacks points
+        rows = re.search(r"\bb\d+\[", exe.source) or "ring_rows(" in exe.source
+        assert (".gather((" in exe.source or rows) and "gather(s" not in exe.source
 
 
 def _run_storage(name, storage, backend="numpy", check=False):
@@ -336,3 +338,19 @@ def test_checking_mode_catches_a_slot_that_holds_two_live_points():
     with pytest.raises(tl.RuntimeFault, match=r"tensor '[^']+' is (read|freed) at point \(t = \d\) after its "
                                               r"slot was overwritten by the point \(t = \d\)"):
         run_()
+
+
+def test_a_block_store_that_never_holds_two_blocks_is_one_array():
+    # const_slices reads x[i, 0:T] and x[i, 1:4]: one block along t per i, and iteration i's block
+    # is freed before i + 1 writes; outer_slice reads x[0:I, t]: the writer runs i outer, t inner,
+    # so every t's block along i is live at once
+    for name, single in (("const_slices", True), ("outer_slice", False)):
+        prog, bounds, _ = PROGRAMS[name]()
+        exe = prog.compile(bounds, backend="numpy", passes={"vectorize": False, "reuse": False})
+        (node, st), = exe.plan.kinds.items()
+        assert (node in exe.plan.single) == single
+        assert (f"b{node}[" in exe.source) == single and (f"s{node}.put(" in exe.source) == (not single)
+        exe.run()
+        assert exe._mem()[0] == 0 and exe.planned_peak() == exe.stats["peak_bytes"]
+        got = run(name, backend="numpy", passes={"vectorize": False, "reuse": False})
+        assert_close(got, run(name, backend="reference"))

@@ -184,6 +184,7 @@ class Plan:
         self.kinds = memory.storage_kinds(*self._memory_args, mode=storage)
         self._slot_args = (pdg, analysis, self.problem, T, last, frees, self.inline)
         self.slots = memory.slot_nodes(*self._slot_args, self.kinds)
+        self.single = memory.single_blocks(analysis, self.problem, T, last, frees, self.kinds)
         t2 = time.perf_counter()
         self.tree = build_tree(T, frees, analysis.model.ctx, bounds)
         self.schedule = Schedule(self.tree, self.problem.groups, pdg, self.donated, self.inline, kinds=self.kinds)
@@ -198,13 +199,14 @@ class Plan:
         alt.storage = storage
         alt.kinds = memory.storage_kinds(*self._memory_args, mode=storage)
         alt.slots = memory.slot_nodes(*self._slot_args, alt.kinds)
+        alt.single = memory.single_blocks(*self._slot_args[1:6], alt.kinds)
         alt.schedule = Schedule(self.tree, self.problem.groups, self.schedule.pdg, dict(self.donated), self.inline,
                                 kinds=alt.kinds)
         return alt
 
     def lower(self, prog, pdg, bounds, seed, mode, backend="numpy"):
         low = Lowering(prog, pdg, bounds, seed, self.problem.groups, self.tree, dict(self.donated), mode, backend,
-                       self.inline, self.kinds, self.slots)
+                       self.inline, self.kinds, self.slots, self.single)
         out = low.build(self.frees)
         if mode != "plan":  # a planning lowering (planned_peak) generates no kernels: keep the run's
             self.kernels = low.kernels

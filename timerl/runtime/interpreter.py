@@ -123,14 +123,21 @@ class SlotStore:
 class Render:
     """Python source of a lowered program that runs it (see the module docstring)."""
 
+    inline_blocks = True
+
     def __init__(self, prog, pdg, bounds, seed, low, backend):
         self.prog, self.pdg, self.bounds, self.seed, self.low, self.backend = prog, pdg, bounds, seed, low, backend
         self.slots = sorted(n for n, b in low.buffers.items() if b.kind == "slot")
         self.cells = {n: b for n, b in low.buffers.items() if b.kind == "cells"}
+        # a block store that never holds two blocks: one array in a variable (None between blocks),
+        # rows addressed by the coordinate along the block; the instrumented renderers keep the
+        # BlockStore object, which also verifies every read against the points it holds
+        self.arrays = {} if not self.inline_blocks else {
+            n: b.storage for n, b in low.buffers.items() if b.kind in ("block", "circular") and b.single}
         self.blocks = {n: b.storage for n, b in low.buffers.items() if b.kind in ("block", "circular")}
         self.stored = set(low.buffers)
         self.kernels = {}
-        self.ns = {"np": np, "gather": gather, "gather_keys": gather_keys, "RuntimeFault": RuntimeFault,
+        self.ns = {"np": np, "gather": gather, "ring_rows": ring_rows, "gather_keys": gather_keys, "RuntimeFault": RuntimeFault,
                    "call_udf": call_udf, "call_sink": call_sink, "ro": _readonly, "evaluate": evaluate, "rng": rng,
                    "min": min, "max": max, "seg_fault": self._seg_fault, "conv_call": self._conv_call}
         self._rendered = {}
@@ -171,6 +178,9 @@ class Render:
                      for x in e.index]
             ent = "(" + "".join(q + ", " for q in parts) + ")"
             if any(isinstance(x, Slice) for x in e.index):
+                if p in self.arrays:
+                    sl = e.index[self.arrays[p].pos]
+                    return self.array_rows(p, to_py(sl.start, nm), to_py(sl.stop, nm))
                 return self.read_slices(n, p, e, ent)
             key = ent
         else:
@@ -186,7 +196,26 @@ class Render:
         x = parts[b.pos] if parts is not None else f"d_{self.pdg.rec(n).domain[b.pos].name}"
         return f"({x}) % {b.length}"
 
+    def row(self, n, parts=None):
+        """The row of block array ``n`` holding a point (coordinates ``parts``; None: its own)."""
+        st = self.arrays[n]
+        x = parts[st.pos] if parts is not None else f"d_{self.pdg.rec(n).domain[st.pos].name}"
+        off = f"({x}) - {st.lo}" if st.lo else x
+        return f"({off}) % {st.length}" if st.kind == "circular" else off
+
+    def array_rows(self, p, a, b):
+        """The rows of block array ``p`` for the points ``a .. b - 1`` along its dim: a view (a
+        ring: a copy, its slots are rewritten)."""
+        st = self.arrays[p]
+        if st.kind == "circular":
+            return f"ring_rows(b{p}, ({a}) - {st.lo}, ({b}) - ({a}), {self.sym(f'e{p}', st)})"
+        empty = self.sym(f"e{p}", np.zeros((0,) + tuple(st.shape), st.dtype))
+        a, b = (f"({a}) - {st.lo}", f"({b}) - {st.lo}") if st.lo else (a, b)
+        return f"(b{p}[{a}:{b}] if b{p} is not None else {empty})"
+
     def read_point(self, n, p, out, key, parts):
+        if p in self.arrays:
+            return f"b{p}[{self.row(p, parts)}]" + (".copy()" if self.arrays[p].kind == "circular" else "")
         if p in self.slots:
             v = f"v{p}"
         elif p in self.cells:
@@ -205,6 +234,13 @@ class Render:
 
     # writes and frees (hooks) -------------------------------------------------------------
     def write(self, n, key, v="o"):
+        if n in self.arrays:
+            st = self.arrays[n]
+            self._assigned.update((f"b{n}", f"bn{n}"))
+            nb = int(np.prod((st.length,) + tuple(st.shape), dtype=np.int64)) * np.dtype(st.dtype).itemsize
+            return [f"if b{n} is None:",
+                    f"    b{n} = np.empty({(st.length,) + tuple(st.shape)}, {self.sym(f'dt{n}', np.dtype(st.dtype))})",
+                    f"    live += {nb}", f"b{n}[{self.row(n)}] = {v}", f"bn{n} += 1"]
         if n in self.blocks:
             return [f"live += s{n}.put({key}, {v})"]
         if n in self.slots:
@@ -216,6 +252,11 @@ class Render:
 
     def drop(self, n, key, var="v"):
         """Release the value of ``n`` at ``key`` (a free, or a donation handing its buffer over)."""
+        if n in self.arrays:  # the block goes with its last live point
+            st = self.arrays[n]
+            self._assigned.update((f"b{n}", f"bn{n}"))
+            nb = int(np.prod((st.length,) + tuple(st.shape), dtype=np.int64)) * np.dtype(st.dtype).itemsize
+            return [f"bn{n} -= 1", f"if bn{n} == 0:", f"    b{n} = None", f"    live -= {nb}"]
         if n in self.blocks:
             return [f"live -= s{n}.free({key})"]
         if n in self.slots:
@@ -395,24 +436,27 @@ class Render:
         body = render(ticked(self.low.tree), call_line, 1) or ["    pass"]
         slots = self.slot_vars()
         run = "def run(tick=None):\n" + "\n".join(body) + "\n"
-        nl = f"    nonlocal {', '.join(slots)}\n" if slots else ""
+        counts = [f"bn{n}" for n in sorted(self.arrays)]
+        nl = f"    nonlocal {', '.join(slots + counts)}\n" if slots + counts else ""
         inner = "\n".join(fns + [run])
         cells = self.cell_lists()
         inner += ("def mem():\n    return live, peak\n"
                   "def reset():\n    nonlocal live, peak\n    live = 0\n    peak = 0\n"
                   f"def drop_slots():\n{nl}" + "".join(f"    {v} = None\n" for v in slots)
+                  + "".join(f"    {c} = 0\n" for c in counts)
                   + "".join(f"    {c}[:] = [None] * {k}\n" for c, k in cells) + "    return None\n"
                   "def held():\n    return " + " + ".join(["0"] + [f"({v} is not None)" for v in slots
-                                                                   if v.startswith("v")]
+                                                                   if v[0] in "vb"]
                                                           + [f"sum(x is not None for x in c{n})" for n in self.cells])
                   + "\n")
+        counts = [f"bn{n}" for n in sorted(self.arrays)]
         head = "def make():\n    live = 0\n    peak = 0\n" + "".join(f"    {v} = None\n" for v in slots) + \
-            "".join(f"    {c} = [None] * {k}\n" for c, k in cells)
+            "".join(f"    {c} = 0\n" for c in counts) + "".join(f"    {c} = [None] * {k}\n" for c, k in cells)
         return head + "".join("    " + ln + "\n" for ln in inner.splitlines()) + \
             "    return run, mem, reset, held, drop_slots\n"
 
     def slot_vars(self):
-        return [f"v{n}" for n in self.slots]
+        return [f"v{n}" for n in self.slots] + [f"b{n}" for n in sorted(self.arrays)]
 
     def cell_lists(self):
         return [(f"c{n}", b.length) for n, b in sorted(self.cells.items())]
@@ -421,12 +465,13 @@ class Render:
 
     def stores(self):
         for n in self.pdg.nodes:
-            if n in self.slots or n in self.cells:
+            if n in self.slots or n in self.cells or n in self.arrays:
                 continue
             st = self.blocks.get(n)
             self.ns[f"s{n}"] = {} if st is None else BlockStore(
                 st.pos, st.lo, st.length, st.shape, st.dtype, ring=st.kind == "circular", plan=self.counts_only)
-        return [self.ns[f"s{n}"] for n in self.pdg.nodes if n not in self.slots and n not in self.cells]
+        return [self.ns[f"s{n}"] for n in self.pdg.nodes
+                if n not in self.slots and n not in self.cells and n not in self.arrays]
 
     def build(self):
         src = self.source()
@@ -500,13 +545,28 @@ class Render:
                            f"({self._where(seg[0], k)}): {err}") from err
 
 
+def ring_rows(arr, a, n, st):
+    """Rows ``a .. a + n - 1`` (modulo its length) of a circular buffer, copied."""
+    if n <= 0 or arr is None:
+        return np.zeros((max(n, 0),) + tuple(st.shape), st.dtype)
+    a %= st.length
+    if a + n <= st.length:
+        return arr[a:a + n].copy()
+    return np.concatenate((arr[a:], arr[:a + n - st.length]))
+
+
 class CheckRender(Render):
     """A run that also checks the schedule and the values (``compile(check=True)``).
+
+    Block stores stay :class:`~timerl.runtime.stores.BlockStore` objects here, which track the
+    point each row holds.
 
     Every read verifies that its point was written and not yet freed (or overwritten in a
     ring or slot), every free that its point was written; kernel operands are held to the
     shapes the kernel was compiled for; kernels return every member so an inf/NaN made
     inside one is found (replayed with numpy to name the op)."""
+
+    inline_blocks = False
 
     def __init__(self, *a):
         super().__init__(*a)
@@ -653,6 +713,7 @@ class PlanRender(Render):
     kernels). It stores exactly what the run stores."""
 
     counts_only = True
+    inline_blocks = False
 
     def read_point(self, n, p, out, key, parts):
         return "0"
@@ -712,11 +773,12 @@ class Lowering:
     """One plan lowered (:func:`timerl.runtime.lowered.lower`) and rendered for one mode."""
 
     def __init__(self, prog, pdg, bounds, seed, groups, tree, donated, mode="run", backend="numpy", inline=None,
-                 kinds=None, slots=()):
+                 kinds=None, slots=(), single=()):
         self.prog, self.pdg, self.bounds, self.seed = prog, pdg, bounds, seed
         self.groups, self.tree, self.mode, self.backend = groups, tree, mode, backend
         self.inline, self.kinds = inline or {}, kinds or {}
         self.slots = dict(slots) if isinstance(slots, dict) else {n: (-1, 1) for n in slots}
+        self.single = set(single)
         self.donated = dict(donated)
         self.kernels = {}
 
@@ -730,7 +792,7 @@ class Lowering:
 
     def build(self, frees):
         low = lower(self.pdg, self.groups, self.tree, self.donated, self.inline, self.kinds, frees, self.slots,
-                    self.segments if self.backend == "numba" else None, lambda n: in_place(self.pdg, n))
+                    self.segments if self.backend == "numba" else None, lambda n: in_place(self.pdg, n), self.single)
         self.lowered, self.donated = low, low.donated
         r = RENDERERS[self.mode](self.prog, self.pdg, self.bounds, self.seed, low, self.backend)
         out = r.build()

@@ -36,6 +36,7 @@ class Buffer:
     storage: object = None  # memory.Storage for block and circular buffers
     pos: int = -1  # cells: the domain position of the dim that indexes them
     length: int = 1  # cells: how many
+    single: bool = False  # block/circular: never two blocks at once (one array, no table of blocks)
 
 
 @dataclasses.dataclass
@@ -67,14 +68,16 @@ class Lowered:
         return {n for s in self.statements for st in s.steps for n in st.outputs}
 
 
-def lower(pdg, groups, tree, donated, inline, kinds, frees, slots=(), segments=None, can_donate=None) -> Lowered:
+def lower(pdg, groups, tree, donated, inline, kinds, frees, slots=(), segments=None, can_donate=None,
+          single=()) -> Lowered:
     """The lowered program of one plan.
 
     ``segments(group)`` gives the group's fusion: ``[("seg", members) | ("glue", node)]``
     (None: every member is its own op step); ``can_donate(node)`` says whether the backend
     evaluates ``node`` in place (a plain ufunc call) so a donation is kept; ``slots``: the
     memory plan's point stores addressed by an integer (node -> ``(pos, n)``,
-    :func:`timerl.schedule.memory.slot_nodes`; a set: one slot each).
+    :func:`timerl.schedule.memory.slot_nodes`; a set: one slot each); ``single``: the block
+    stores that never hold two blocks at once (:func:`timerl.schedule.memory.single_blocks`).
     """
     if not isinstance(slots, dict):
         slots = {n: (-1, 1) for n in slots}
@@ -106,7 +109,7 @@ def lower(pdg, groups, tree, donated, inline, kinds, frees, slots=(), segments=N
     for n in stored:
         node = pdg.rec(n)
         if n in kinds:
-            low.buffers[n] = Buffer(n, kinds[n].kind, len(node.shapes), kinds[n])
+            low.buffers[n] = Buffer(n, kinds[n].kind, len(node.shapes), kinds[n], single=n in single)
         else:
             pos, length = slots.get(n, (-1, 0))
             kind = "points" if length == 0 else "slot" if length == 1 else "cells"

@@ -273,6 +273,34 @@ def storage_kinds(prog, pdg, analysis, problem, T, last: dict, free_stmts: list,
     return out
 
 
+def _live_pairs(analysis, problem, T, p, frees, last):
+    """``x -> y`` for the points of ``p`` live together (``W(x) <= W(y) <= F(x)``, ``x != y``)."""
+    gname = stmt(problem.of[p])
+    W = _renamed_domain(T.intersect_domain(isl.UnionSet.from_set(analysis.demand[p].set_tuple_name(gname))), "X")
+    F = _renamed_domain(frees[p] if p in frees else isl.UnionMap.from_map(last[p]), "X")
+    C = W.lex_le_union_map(W).intersect(W.lex_le_union_map(F).reverse())
+    same = isl.UnionSet.from_set(analysis.demand[p].set_tuple_name("X")).identity()
+    return C.subtract(same).intersect_params(problem.ctx)
+
+
+def _along(d, pos) -> bool:
+    """Every vector of the set ``d`` is zero outside coordinate ``pos``."""
+    along = d
+    for k in range(d.dim(isl.dim_type.set)):
+        if k != pos:
+            along = along.fix_val(isl.dim_type.set, k, 0)
+    return d.is_subset(along)
+
+
+def _free_unions(free_stmts) -> dict:
+    frees = {}
+    for m in free_stmts:
+        p = int(m.get_tuple_name(isl.dim_type.in_)[1:])
+        u = isl.UnionMap.from_map(m)
+        frees[p] = u if p not in frees else frees[p].union(u)
+    return frees
+
+
 def slot_nodes(pdg, analysis, problem, T, last: dict, free_stmts: list, inline: dict, kinds: dict) -> dict:
     """Point stores addressed by an integer: node -> ``(pos, n)``, the node's live points kept in
     ``n`` slots indexed by the point's coordinate ``pos`` modulo ``n`` (``n == 1``: one slot,
@@ -286,11 +314,7 @@ def slot_nodes(pdg, analysis, problem, T, last: dict, free_stmts: list, inline: 
     node of one point. Nodes read by slices keep their storage kind; a node never freed, and
     one whose live points differ along several dims, keeps a table of points.
     """
-    frees = {}
-    for m in free_stmts:
-        p = int(m.get_tuple_name(isl.dim_type.in_)[1:])
-        u = isl.UnionMap.from_map(m)
-        frees[p] = u if p not in frees else frees[p].union(u)
+    frees = _free_unions(free_stmts)
     own = {p for gid, ns in inline.items() for p, at in ns if at is None and problem.of.get(p) == gid}
     out = {}
     for p in problem.of:
@@ -302,25 +326,31 @@ def slot_nodes(pdg, analysis, problem, T, last: dict, free_stmts: list, inline: 
             continue
         if p not in last:
             continue
-        gname = stmt(problem.of[p])
-        W = _renamed_domain(T.intersect_domain(isl.UnionSet.from_set(analysis.demand[p].set_tuple_name(gname))), "X")
-        F = _renamed_domain(frees[p] if p in frees else isl.UnionMap.from_map(last[p]), "X")
-        C = W.lex_le_union_map(W).intersect(W.lex_le_union_map(F).reverse())
-        same = isl.UnionSet.from_set(analysis.demand[p].set_tuple_name("X")).identity()
-        C = C.subtract(same).intersect_params(problem.ctx)
+        C = _live_pairs(analysis, problem, T, p, frees, last)
         if C.is_empty():
             out[p] = (-1, 1)
             continue
         d = isl.Set.from_union_set(C.deltas())
         for pos in range(d.dim(isl.dim_type.set)):
-            along = d
-            for k in range(d.dim(isl.dim_type.set)):
-                if k != pos:
-                    along = along.fix_val(isl.dim_type.set, k, 0)
-            if not d.is_subset(along):
+            if not _along(d, pos):
                 continue
             hi, lo = d.dim_max_val(pos), d.dim_min_val(pos)
             if hi.is_int() and lo.is_int():
                 out[p] = (pos, max(hi.to_python(), -lo.to_python()) + 1)
             break
+    return out
+
+
+def single_blocks(analysis, problem, T, last: dict, free_stmts: list, kinds: dict) -> set:
+    """Block stores and circular buffers that never hold two blocks at once: every pair of
+    points live together differs only along the block's dim (isl). Each is one array
+    addressed by that coordinate, with no table of blocks."""
+    frees = _free_unions(free_stmts)
+    out = set()
+    for p, st in kinds.items():
+        if st.kind not in ("block", "circular") or p not in last:
+            continue
+        C = _live_pairs(analysis, problem, T, p, frees, last)
+        if C.is_empty() or _along(isl.Set.from_union_set(C.deltas()), st.pos):
+            out.add(p)
     return out
