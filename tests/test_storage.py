@@ -13,6 +13,7 @@ import pytest
 from programs import EXPECTED, PROGRAMS, assert_close, run
 
 import timerl as tl
+from timerl.ir.ops import Op
 from timerl.runtime.executable import Executable
 from timerl.runtime.interpreter import Lowering
 from timerl.runtime.stores import BlockStore
@@ -354,3 +355,17 @@ def test_a_block_store_that_never_holds_two_blocks_is_one_array():
         assert exe._mem()[0] == 0 and exe.planned_peak() == exe.stats["peak_bytes"]
         got = run(name, backend="numpy", passes={"vectorize": False, "reuse": False})
         assert_close(got, run(name, backend="reference"))
+
+
+@pytest.mark.parametrize("algo,kw", [("ppo", {}), ("reinforce", {}), ("reinforce", {"nstep": 3})])
+def test_builtin_algorithms_address_every_buffer_by_an_integer(algo, kw):
+    exe = getattr(tl.rl, algo)(total_steps=2 * 6 * 2, env="CartPole-v1", num_envs=2, num_steps=6, backend="numpy",
+                               **kw)
+    low = exe.plan.lowered
+    kinds = {b.kind + ("+single" if b.single else "") for b in low.buffers.values()}
+    assert kinds <= {"slot", "cells", "block+single", "circular+single", "points"}, kinds
+    tables = [n for n, b in low.buffers.items() if b.kind == "points"]
+    if "nstep" in kw:  # the env step's (obs, reward, done) read by window slices: several outputs keep a table
+        assert [exe.pdg.rec(n).op for n in tables] == [Op.UDF] and len(exe.pdg.rec(tables[0]).shapes) == 3
+    else:
+        assert not tables and ".put(" not in exe.source and ".gather(" not in exe.source

@@ -210,6 +210,7 @@ class Plan:
         out = low.build(self.frees)
         if mode != "plan":  # a planning lowering (planned_peak) generates no kernels: keep the run's
             self.kernels = low.kernels
+            self.lowered = low.lowered  # the backend-neutral lowered program the run renders
             self.progress_units = low.progress_units()
             self.donated = low.donated  # the lowering may decline a donation it cannot do in place
             self.schedule.donated = low.donated
