@@ -363,9 +363,45 @@ def test_builtin_algorithms_address_every_buffer_by_an_integer(algo, kw):
                                **kw)
     low = exe.plan.lowered
     kinds = {b.kind + ("+single" if b.single else "") for b in low.buffers.values()}
-    assert kinds <= {"slot", "cells", "block+single", "circular+single", "points"}, kinds
-    tables = [n for n, b in low.buffers.items() if b.kind == "points"]
-    if "nstep" in kw:  # the env step's (obs, reward, done) read by window slices: several outputs keep a table
-        assert [exe.pdg.rec(n).op for n in tables] == [Op.UDF] and len(exe.pdg.rec(tables[0]).shapes) == 3
-    else:
-        assert not tables and ".put(" not in exe.source and ".gather(" not in exe.source
+    assert kinds <= {"slot", "cells", "block+single", "circular+single"}, kinds
+    assert ".put(" not in exe.source and ".gather(" not in exe.source
+    if "nstep" in kw:  # the env step's (obs, reward, done), read by window slices: one ring per output
+        (udf,) = [n for n in low.buffers if exe.pdg.rec(n).op is Op.UDF and len(exe.pdg.rec(n).shapes) == 3]
+        assert low.buffers[udf].kind == "circular" and f"b{udf}_1[" in exe.source
+
+
+def _two_output_prog(window):
+    """A UDF of two outputs per step ``(2 x, x + 1)``; its second output read by the slices
+    ``b[t:min(t + 3, T)]`` (a window: a ring) or ``b[0:T]`` (a block), its first at points."""
+    prog = tl.Program("t")
+    (t,), (T,) = prog.dims, prog.bounds
+    d = np.linspace(-1, 1, 8, dtype="float32")
+    out = {}
+
+    def two(x):
+        return np.float32(2) * x, x + np.float32(1)
+
+    with prog:
+        x = tl.tensor(d, (t,), name="d")
+        a, b = tl.udf(two, [x], [(), ()], ["float32", "float32"], name="two")
+        s = b[t:tl.min(t + 3, T)].sum() if window else b[0:T].sum()
+        tl.sink([a, s], lambda v, p: out.__setitem__(p["t"], (float(v[0]), float(v[1]))))
+    b = d + 1
+    want = [(2 * d[k], b[k:k + 3].sum() if window else b.sum()) for k in range(8)]
+    return prog, out, want
+
+
+@pytest.mark.parametrize("window", [True, False], ids=["ring", "block"])
+@pytest.mark.parametrize("check", [False, True], ids=["run", "check"])
+def test_several_outputs_read_by_slices_get_one_array_each(window, check):
+    prog, out, want = _two_output_prog(window)
+    exe = prog.compile({"T": 8}, backend="numpy", check=check)
+    (node, st), = exe.plan.kinds.items()
+    assert st.kind == ("circular" if window else "block") and len(st.outs) == 2
+    assert headers(exe) == [("circular along t, 3 slots x " if window else "block along t (8 x ")
+                            + "[() float32, () float32]" + ("" if window else ")")]
+    # a run keeps one array per output (the checking run, a BlockStore of two arrays per block)
+    assert (f"b{node}_1[" in exe.source) == (not check) and (f"s{node}.gather(" in exe.source) == check
+    exe.run()
+    np.testing.assert_allclose([out[k] for k in range(8)], want, rtol=1e-6)
+    assert exe._mem()[0] == 0 and exe.planned_peak() == exe.stats["peak_bytes"]

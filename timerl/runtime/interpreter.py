@@ -180,7 +180,7 @@ class Render:
             if any(isinstance(x, Slice) for x in e.index):
                 if p in self.arrays:
                     sl = e.index[self.arrays[p].pos]
-                    return self.array_rows(p, to_py(sl.start, nm), to_py(sl.stop, nm))
+                    return self.array_rows(p, to_py(sl.start, nm), to_py(sl.stop, nm), e.out)
                 return self.read_slices(n, p, e, ent)
             key = ent
         else:
@@ -203,19 +203,31 @@ class Render:
         off = f"({x}) - {st.lo}" if st.lo else x
         return f"({off}) % {st.length}" if st.kind == "circular" else off
 
-    def array_rows(self, p, a, b):
-        """The rows of block array ``p`` for the points ``a .. b - 1`` along its dim: a view (a
-        ring: a copy, its slots are rewritten)."""
-        st = self.arrays[p]
+    def avars(self, n):
+        """The variables of block array ``n``: one per output."""
+        outs = self.arrays[n].outs
+        return [f"b{n}"] if len(outs) <= 1 else [f"b{n}_{j}" for j in range(len(outs))]
+
+    def array_bytes(self, n):
+        st = self.arrays[n]
+        return sum(int(np.prod((st.length,) + tuple(sh), dtype=np.int64)) * np.dtype(dt).itemsize
+                   for sh, dt in (st.outs or ((st.shape, st.dtype),)))
+
+    def array_rows(self, p, a, b, out=0):
+        """The rows of block array ``p`` (output ``out``) for the points ``a .. b - 1`` along its
+        dim: a view (a ring: a copy, its slots are rewritten)."""
+        st, var = self.arrays[p], self.avars(p)[out]
+        shape, dt = st.outs[out] if st.outs else (st.shape, st.dtype)
+        empty = self.sym(f"e{p}_{out}", np.zeros((0,) + tuple(shape), dt))
         if st.kind == "circular":
-            return f"ring_rows(b{p}, ({a}) - {st.lo}, ({b}) - ({a}), {self.sym(f'e{p}', st)})"
-        empty = self.sym(f"e{p}", np.zeros((0,) + tuple(st.shape), st.dtype))
+            return f"ring_rows({var}, ({a}) - {st.lo}, ({b}) - ({a}), {st.length}, {empty})"
         a, b = (f"({a}) - {st.lo}", f"({b}) - {st.lo}") if st.lo else (a, b)
-        return f"(b{p}[{a}:{b}] if b{p} is not None else {empty})"
+        return f"({var}[{a}:{b}] if {var} is not None else {empty})"
 
     def read_point(self, n, p, out, key, parts):
         if p in self.arrays:
-            return f"b{p}[{self.row(p, parts)}]" + (".copy()" if self.arrays[p].kind == "circular" else "")
+            var = self.avars(p)[out if len(self.avars(p)) > 1 else 0]
+            return f"{var}[{self.row(p, parts)}]" + (".copy()" if self.arrays[p].kind == "circular" else "")
         if p in self.slots:
             v = f"v{p}"
         elif p in self.cells:
@@ -226,7 +238,7 @@ class Render:
 
     def read_slices(self, n, p, e, ent):
         if p in self.blocks:
-            return f"s{p}.gather({ent})"
+            return f"s{p}.gather({ent}{f', {e.out}' if len(self.pdg.rec(p).shapes) > 1 else ''})"
         pnode = self.pdg.rec(p)
         multi = len(pnode.shapes) > 1
         return (f"gather(s{p}, {e.out if multi else None}, {ent}, "
@@ -235,12 +247,17 @@ class Render:
     # writes and frees (hooks) -------------------------------------------------------------
     def write(self, n, key, v="o"):
         if n in self.arrays:
-            st = self.arrays[n]
-            self._assigned.update((f"b{n}", f"bn{n}"))
-            nb = int(np.prod((st.length,) + tuple(st.shape), dtype=np.int64)) * np.dtype(st.dtype).itemsize
-            return [f"if b{n} is None:",
-                    f"    b{n} = np.empty({(st.length,) + tuple(st.shape)}, {self.sym(f'dt{n}', np.dtype(st.dtype))})",
-                    f"    live += {nb}", f"b{n}[{self.row(n)}] = {v}", f"bn{n} += 1"]
+            st, names = self.arrays[n], self.avars(n)
+            self._assigned.update(names + [f"bn{n}"])
+            outs = st.outs or ((st.shape, st.dtype),)
+            L = [f"if {names[0]} is None:"]
+            for j, (var, (sh, dt)) in enumerate(zip(names, outs)):
+                L.append(f"    {var} = np.empty({(st.length,) + tuple(sh)}, {self.sym(f'dt{n}_{j}', np.dtype(dt))})")
+            L.append(f"    live += {self.array_bytes(n)}")
+            row = self.row(n)
+            L += [f"{var}[{row}] = {v}[{j}]" for j, var in enumerate(names)] if len(names) > 1 else \
+                [f"{names[0]}[{row}] = {v}"]
+            return L + [f"bn{n} += 1"]
         if n in self.blocks:
             return [f"live += s{n}.put({key}, {v})"]
         if n in self.slots:
@@ -253,10 +270,10 @@ class Render:
     def drop(self, n, key, var="v"):
         """Release the value of ``n`` at ``key`` (a free, or a donation handing its buffer over)."""
         if n in self.arrays:  # the block goes with its last live point
-            st = self.arrays[n]
-            self._assigned.update((f"b{n}", f"bn{n}"))
-            nb = int(np.prod((st.length,) + tuple(st.shape), dtype=np.int64)) * np.dtype(st.dtype).itemsize
-            return [f"bn{n} -= 1", f"if bn{n} == 0:", f"    b{n} = None", f"    live -= {nb}"]
+            names = self.avars(n)
+            self._assigned.update(names + [f"bn{n}"])
+            return [f"bn{n} -= 1", f"if bn{n} == 0:"] + [f"    {v} = None" for v in names] + \
+                [f"    live -= {self.array_bytes(n)}"]
         if n in self.blocks:
             return [f"live -= s{n}.free({key})"]
         if n in self.slots:
@@ -446,7 +463,9 @@ class Render:
                   + "".join(f"    {c} = 0\n" for c in counts)
                   + "".join(f"    {c}[:] = [None] * {k}\n" for c, k in cells) + "    return None\n"
                   "def held():\n    return " + " + ".join(["0"] + [f"({v} is not None)" for v in slots
-                                                                   if v[0] in "vb"]
+                                                                   if v[0] == "v" or v[0] == "b" and "_" not in v]
+                                                          + [f"({self.avars(n)[0]} is not None)"
+                                                             for n in self.arrays if len(self.avars(n)) > 1]
                                                           + [f"sum(x is not None for x in c{n})" for n in self.cells])
                   + "\n")
         counts = [f"bn{n}" for n in sorted(self.arrays)]
@@ -456,7 +475,7 @@ class Render:
             "    return run, mem, reset, held, drop_slots\n"
 
     def slot_vars(self):
-        return [f"v{n}" for n in self.slots] + [f"b{n}" for n in sorted(self.arrays)]
+        return [f"v{n}" for n in self.slots] + [v for n in sorted(self.arrays) for v in self.avars(n)]
 
     def cell_lists(self):
         return [(f"c{n}", b.length) for n, b in sorted(self.cells.items())]
@@ -469,7 +488,8 @@ class Render:
                 continue
             st = self.blocks.get(n)
             self.ns[f"s{n}"] = {} if st is None else BlockStore(
-                st.pos, st.lo, st.length, st.shape, st.dtype, ring=st.kind == "circular", plan=self.counts_only)
+                st.pos, st.lo, st.length, st.shape, st.dtype, ring=st.kind == "circular", plan=self.counts_only,
+                outs=st.outs)
         return [self.ns[f"s{n}"] for n in self.pdg.nodes
                 if n not in self.slots and n not in self.cells and n not in self.arrays]
 
@@ -545,14 +565,14 @@ class Render:
                            f"({self._where(seg[0], k)}): {err}") from err
 
 
-def ring_rows(arr, a, n, st):
-    """Rows ``a .. a + n - 1`` (modulo its length) of a circular buffer, copied."""
+def ring_rows(arr, a, n, length, empty):
+    """Rows ``a .. a + n - 1`` (modulo ``length``) of a circular buffer, copied."""
     if n <= 0 or arr is None:
-        return np.zeros((max(n, 0),) + tuple(st.shape), st.dtype)
-    a %= st.length
-    if a + n <= st.length:
+        return empty.copy()
+    a %= length
+    if a + n <= length:
         return arr[a:a + n].copy()
-    return np.concatenate((arr[a:], arr[:a + n - st.length]))
+    return np.concatenate((arr[a:], arr[:a + n - length]))
 
 
 class CheckRender(Render):

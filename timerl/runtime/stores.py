@@ -7,6 +7,9 @@ place at each point; a slice read along ``d`` is a view of a contiguous range. W
 the slot count computed at compile so that no live point is overwritten; its reads are
 copies (a slot is rewritten later).
 
+A node with several outputs (a UDF's) keeps one array per output (``outs``): a point's value
+is the tuple of its rows, and ``gather`` reads the slices of one output.
+
 Byte accounting: ``put`` returns the bytes newly allocated (the whole block when it
 is created), ``free`` the bytes released (the whole block when its last live point is
 freed). In plan mode (``plan=True``) values are byte counts and no array exists.
@@ -18,11 +21,12 @@ import numpy as np
 
 
 class BlockStore:
-    __slots__ = ("pos", "lo", "length", "ring", "plan", "blocks", "shape", "dtype")
+    __slots__ = ("pos", "lo", "length", "ring", "plan", "blocks", "shape", "dtype", "outs")
 
-    def __init__(self, pos, lo, length, shape, dtype, ring=False, plan=False):
+    def __init__(self, pos, lo, length, shape, dtype, ring=False, plan=False, outs=()):
         self.pos, self.lo, self.length, self.ring, self.plan = pos, lo, length, ring, plan
         self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.outs = tuple((tuple(sh), np.dtype(dt)) for sh, dt in outs) if len(outs) > 1 else None
         self.blocks = {}  # other coordinates -> [array or None, live points, index held per slot, bytes]
 
     def _at(self, k):
@@ -37,6 +41,9 @@ class BlockStore:
         if b is None:
             if self.plan:
                 arr, nb = None, self.length * v
+            elif self.outs is not None:
+                arr = [np.empty((self.length,) + sh, dt) for sh, dt in self.outs]
+                nb = sum(a.nbytes for a in arr)
             else:
                 v = np.asarray(v)
                 arr = np.empty((self.length,) + v.shape, v.dtype)
@@ -47,7 +54,12 @@ class BlockStore:
         if held[i] is None:
             b[1] += 1
         held[i] = k[self.pos]
-        if not self.plan:
+        if self.plan:
+            return added
+        if self.outs is not None:
+            for a, x in zip(b[0], v):
+                a[i] = x
+        else:
             b[0][i] = v
         return added
 
@@ -78,17 +90,21 @@ class BlockStore:
 
     def __getitem__(self, k):
         ok, i = self._at(k)
-        v = self.blocks[ok][0][i]
-        return v.copy() if self.ring else v
+        arr = self.blocks[ok][0]
+        if self.outs is not None:
+            return tuple(a[i].copy() if self.ring else a[i] for a in arr)
+        return arr[i].copy() if self.ring else arr[i]
 
-    def gather(self, ent):
-        """The points ``ent`` covers (ints, and one ``range`` along the block's dim), stacked."""
+    def gather(self, ent, out=None):
+        """The points ``ent`` covers (ints, and one ``range`` along the block's dim), stacked
+        (of output ``out`` for a node with several)."""
         r = ent[self.pos]
         ok = ent[:self.pos] + ent[self.pos + 1:]
         n = len(r)
+        shape, dtype = (self.shape, self.dtype) if self.outs is None else self.outs[out]
         if n == 0:
-            return np.zeros((0,) + self.shape, self.dtype)
-        arr = self.blocks[ok][0]
+            return np.zeros((0,) + shape, dtype)
+        arr = self.blocks[ok][0] if self.outs is None else self.blocks[ok][0][out]
         a = r.start - self.lo
         if not self.ring:
             return arr[a:a + n]

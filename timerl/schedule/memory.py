@@ -165,9 +165,16 @@ class Storage:
     shape: tuple = ()
     dtype: str = ""
     why: str = ""
+    outs: tuple = ()  # ((shape, dtype), ...) per output of the node (a UDF may have several)
 
     def header(self) -> str:
         head = f"store S{self.node} {self.name!r}: "
+        if len(self.outs) > 1:  # several outputs: each output's shape and dtype
+            each = ", ".join(f"{sh} {dt}" for sh, dt in self.outs)
+            if self.kind == "block":
+                return head + f"block along {self.dim} ({self.length} x [{each}])"
+            if self.kind == "circular":
+                return head + f"circular along {self.dim}, {self.length} slots x [{each}]"
         if self.kind == "block":
             return head + f"block along {self.dim} ({self.length} x {self.shape}) {self.dtype}"
         if self.kind == "circular":
@@ -248,8 +255,8 @@ def storage_kinds(prog, pdg, analysis, problem, T, last: dict, free_stmts: list,
         if mode == "points":
             st.why = "alternative tried for memory_budget"
             continue
-        if node.op is Op.SINK or len(node.shapes) != 1 or not all(isinstance(s, int) for s in node.shape):
-            st.why = "outputs of dynamic shape or several outputs"
+        if node.op is Op.SINK or not all(isinstance(s, int) for shape in node.shapes for s in shape):
+            st.why = "outputs of dynamic shape"
             continue
         if len(dims) != 1:
             st.why = "slices along several dims"
@@ -266,6 +273,7 @@ def storage_kinds(prog, pdg, analysis, problem, T, last: dict, free_stmts: list,
         st.kind, st.pos, st.dim = "block", pos, node.domain[pos].name
         st.lo, st.length = lo.to_python(), hi.to_python() - lo.to_python() + 1
         st.shape, st.dtype = tuple(node.shape), str(np.dtype(node.dtype))
+        st.outs = tuple((tuple(sh), str(np.dtype(dt))) for sh, dt in zip(node.shapes, node.dtypes))
         if mode == "default" and all(_windowed(idx[pos]) for idx, _ in slices):
             n = _slots(problem, analysis, p, pos, T, frees, last)
             if n is not None and n < st.length:
