@@ -6,12 +6,14 @@ see :func:`renderable`) are cut into *segments*: maximal sets, in an order that 
 every dependence, not separated by a member run by the interpreter (a UDF, a sink, a
 placeholder, a read of another statement's store). Each segment becomes one function::
 
-    kernel(x0, x1, ..., c0, c1, ...) -> (out0, out1, ...)
+    kernel(x0, x1, ..., c0, c1, ..., o0, o1, ...) -> (out0, out1, ...)
 
 whose parameters are the segment's operands from outside it (C-contiguous arrays of their
 static shape; a 0-d value as an array of shape ``(1,)``) and compile-time constants (gather
-indices of movement ops), and whose results are the members read outside the segment
-(fresh arrays). Members read only inside the segment never leave it: runs of elementwise
+indices of movement ops), and whose results are the members read outside the segment:
+written into the caller's arrays ``o0, o1, ...`` (the rows of the block stores that keep them:
+an elementwise run computes such a member in place), or returned as fresh arrays. Members
+read only inside the segment never leave it: runs of elementwise
 ops of one shape are one loop nest over scalars (NumPy broadcasting: each operand indexed
 by its own shape), each a small function of its own so that LLVM vectorizes it; matmuls call
 BLAS (``np.dot``; tiny ones an inline loop, huge ones numpy's matmul); reductions accumulate
@@ -233,8 +235,9 @@ def operand_index(shape, target, names) -> str:
 class Render:
     """The source of one segment's kernel."""
 
-    def __init__(self, pdg, seg, returned):
-        self.pdg, self.seg, self.returned = pdg, list(seg), list(returned)
+    def __init__(self, pdg, seg, returned, outs=()):
+        self.pdg, self.seg, self.returned, self.outs = pdg, list(seg), list(returned), list(outs)
+        self.inplace = set()  # members of ``outs`` computed directly in their output parameter
         self.local = {n: j for j, n in enumerate(self.seg)}
         self.ext, self.extkey = [], {}  # [(producer, edge, shape, dtype)]
         self.consts = []  # compile-time arrays passed as parameters
@@ -286,7 +289,10 @@ class Render:
         target = tuple(node0.shape)
         size = int(np.prod(st(target)))
         for n in run:
-            if n in needed:
+            if n in self.outs:  # straight into the caller's array
+                self.emit(f"v{self.local[n]} = o{self.outs.index(n)}")
+                self.inplace.add(n)
+            elif n in needed:
                 self.emit(f"v{self.local[n]} = np.empty({st(target)}, np.{np.dtype(self.pdg.rec(n).dtype).name})")
         # flat when every array operand has the run's shape (or is 0-d)
         opers = [self.arg(p, e) for n in run for p, e in self.pdg.inputs(n) if p not in run]
@@ -587,7 +593,7 @@ class Render:
         ew = {n for n in seg if pdg.rec(n).op in (Op.UNARY, Op.BINARY, Op.WHERE, Op.CAST)}
         runs = self.runs(ew)
         runof = {n: i for i, r in enumerate(runs) for n in r}
-        needed = set(self.returned)
+        needed = set(self.returned) | set(self.outs)
         for n in seg:
             for p, _ in pdg.inputs(n):
                 if p in inseg and (runof[p] != runof[n] or p not in ew or n not in ew):
@@ -610,19 +616,27 @@ class Render:
                 self.random(n)
             else:
                 self.movement(n)
+        for k, n in enumerate(self.outs):  # outputs computed elsewhere: copied into the caller's array
+            if n not in self.inplace:
+                self.emit(f"o{k}[...] = v{self.local[n]}")
         rets = []
         for n in self.returned:
             v = f"v{self.local[n]}"
             # a reshape is a view of its input: return a copy the stores may own
             rets.append(f"{v}.copy()" if pdg.rec(n).op is Op.RESHAPE else v)
         params = ([f"x{k}" for k in range(len(self.ext))] + [f"c{k}" for k in range(len(self.consts))]
-                  + [f"d_{d}" for d in self.dims] + [f"key{k}" for k in range(len(self.keys))])
+                  + [f"d_{d}" for d in self.dims] + [f"key{k}" for k in range(len(self.keys))]
+                  + [f"o{k}" for k in range(len(self.outs))])
         sig = []
         for _, _, s, d in self.ext:
             sig.append(f"numba.types.Array(numba.from_dtype(np.dtype('{d.name}')), {len(st(s))}, 'C', readonly=True)")
         for c in self.consts:
             sig.append(f"numba.types.Array(numba.int64, {c.ndim}, 'C', readonly=True)")
         sig += ["numba.int64"] * len(self.dims) + ["numba.uint64"] * len(self.keys)
+        for n in self.outs:  # written in place: C-contiguous and writeable
+            node = self.pdg.rec(n)
+            sig.append(f"numba.types.Array(numba.from_dtype(np.dtype('{np.dtype(node.dtype).name}')), "
+                       f"{len(node.shape)}, 'C')")
         head = [PRELUDE, f"SIG = ({', '.join(sig)},)"] + self.helpers + ["", "",
                 '@numba.njit(cache=True, fastmath=False, error_model="numpy", boundscheck=False)',
                 f"def kernel({', '.join(params)}):"]
@@ -630,9 +644,11 @@ class Render:
         return "\n".join(head + body) + "\n"
 
 
-def render(pdg, seg, returned):
+def render(pdg, seg, returned, outs=()):
     """(source, external operands [(producer, edge, shape, dtype)], constant arrays, dim names of
-    the point coordinates passed, random ops whose base key is passed) in parameter order."""
-    r = Render(pdg, seg, returned)
+    the point coordinates passed, random ops whose base key is passed) in parameter order; the
+    members ``outs`` (of at least one axis) are written into arrays the caller passes last, the
+    members ``returned`` are returned as fresh arrays."""
+    r = Render(pdg, seg, returned, outs)
     src = r.source()
     return src, r.ext, r.consts, r.dims, r.keys

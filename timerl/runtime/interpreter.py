@@ -247,14 +247,8 @@ class Render:
     # writes and frees (hooks) -------------------------------------------------------------
     def write(self, n, key, v="o"):
         if n in self.arrays:
-            st, names = self.arrays[n], self.avars(n)
-            self._assigned.update(names + [f"bn{n}"])
-            outs = st.outs or ((st.shape, st.dtype),)
-            L = [f"if {names[0]} is None:"]
-            for j, (var, (sh, dt)) in enumerate(zip(names, outs)):
-                L.append(f"    {var} = np.empty({(st.length,) + tuple(sh)}, {self.sym(f'dt{n}_{j}', np.dtype(dt))})")
-            L.append(f"    live += {self.array_bytes(n)}")
-            row = self.row(n)
+            names, row = self.avars(n), self.row(n)
+            L = self.array_alloc(n)
             L += [f"{var}[{row}] = {v}[{j}]" for j, var in enumerate(names)] if len(names) > 1 else \
                 [f"{names[0]}[{row}] = {v}"]
             return L + [f"bn{n} += 1"]
@@ -266,6 +260,15 @@ class Render:
         if n in self.cells:
             return [f"c{n}[{self.cell(n)}] = {v}", f"live += {self.nb(n, v)}"]
         return [f"s{n}[{key}] = {v}", f"live += {self.nb(n, v)}"]
+
+    def array_alloc(self, n):
+        """The block array of ``n``, allocated when its first point of a block is written."""
+        st, names = self.arrays[n], self.avars(n)
+        self._assigned.update(names + [f"bn{n}"])
+        L = [f"if {names[0]} is None:"]
+        for j, (var, (sh, dt)) in enumerate(zip(names, st.outs or ((st.shape, st.dtype),))):
+            L.append(f"    {var} = np.empty({(st.length,) + tuple(sh)}, {self.sym(f'dt{n}_{j}', np.dtype(dt))})")
+        return L + [f"    live += {self.array_bytes(n)}"]
 
     def drop(self, n, key, var="v"):
         """Release the value of ``n`` at ``key`` (a free, or a donation handing its buffer over)."""
@@ -352,19 +355,31 @@ class Render:
         return L
 
     # statement kernels --------------------------------------------------------------------
-    def _render(self, seg, returned):
-        key = (tuple(seg), tuple(returned))
+    def _render(self, seg, returned, outs=()):
+        key = (tuple(seg), tuple(returned), tuple(outs))
         if key not in self._rendered:
-            self._rendered[key] = statement.render(self.pdg, seg, returned)
+            self._rendered[key] = statement.render(self.pdg, seg, returned, outs)
         return self._rendered[key]
 
+    def outs(self, step):
+        """The outputs a kernel writes straight into their rows of a block array (of one output, at
+        least one axis, the row's shape and dtype)."""
+        out = []
+        for o in step.outputs:
+            node, st = self.pdg.rec(o), self.arrays.get(o)
+            if st is not None and len(node.shapes) == 1 and len(node.shape) and \
+                    tuple(st.shape) == tuple(node.shape) and np.dtype(st.dtype) == np.dtype(node.dtype):
+                out.append(o)
+        return out
+
     def returned(self, step):
-        """The members a kernel returns (a run: the stored ones)."""
-        return list(step.outputs)
+        """The members a kernel returns as fresh arrays (a run: the stored ones not written in place)."""
+        outs = self.outs(step)
+        return [o for o in step.outputs if o not in outs]
 
     def prewarm(self):
         """Render every statement kernel first and compile the new ones in parallel (cpu.prewarm)."""
-        cpu.prewarm([self._render(st.members, self.returned(st))[0]
+        cpu.prewarm([self._render(st.members, self.returned(st), self.outs(st))[0]
                      for s in self.low.statements for st in s.steps if st.kind == "kernel"])
 
     def kernel_call(self, step, own, args, info):
@@ -384,8 +399,8 @@ class Render:
 
     def kernel_lines(self, step, own):
         """One statement-kernel call computing ``step.members``; stores its outputs."""
-        seg, returned = step.members, self.returned(step)
-        src, ext, consts, dims, keys = self._render(seg, returned)
+        seg, returned, outs = step.members, self.returned(step), self.outs(step)
+        src, ext, consts, dims, keys = self._render(seg, returned, outs)
         kid = f"K{step.node}"
         self.kernels[kid] = src
         self.ns[kid] = cpu.load(src)
@@ -398,10 +413,17 @@ class Render:
         args += [f"d_{d}" for d in dims]
         for r in keys:  # the random op's key before the point: of the seed and its stream
             args.append(self.sym(f"key{r}", rng.base_key(self.seed, self.pdg.rec(r).attrs["stream"])))
+        L = []
+        for o in outs:  # the kernel writes these into their rows of the block arrays
+            L += self.array_alloc(o)
+            args.append(f"{self.avars(o)[0]}[{self.row(o)}]")
         info = self.sym(f"seg{step.node}", (seg, ext))
-        L = self.kernel_call(step, own, args, info)
+        L += self.kernel_call(step, own, args, info)
         k = self.key(own, own)
         for o in step.outputs:
+            if o in outs:
+                L.append(f"bn{o} += 1")
+                continue
             shape = tuple(self.pdg.rec(o).shape)
             L.append(f"o = r[{returned.index(o)}]" + ("" if len(shape) else ".reshape(())"))
             L += self.write(o, k)
@@ -662,6 +684,9 @@ class CheckRender(Render):
 
     def returned(self, step):
         return list(step.members)  # every member: an inf/NaN made and lost inside is still seen
+
+    def outs(self, step):
+        return []
 
     def kernel_operand(self, p, e, shape, reader, own):
         # the kernel indexes each operand by its declared shape: hold it to that
