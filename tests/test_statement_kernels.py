@@ -48,6 +48,7 @@ def _ops(i, dtype):
         wide.sum(axis=0), wide.mean(axis=0, keepdims=True), wide.max(axis=0), wide.std(axis=0),
         wide.logsumexp(axis=0), wide.argmax(axis=0), cube.sum(axis=(0, 2)), cube.max(axis=(0, 2), keepdims=True),
         huge_a @ huge_w, big_a.transpose(1, 0) @ big_a,                                   # a transpose read by BLAS
+        big_a.transpose(1, 0), wide.transpose(1, 0),                      # transposes in 32 x 32 tiles, partial ones
     ]
     return outs
 

@@ -106,6 +106,20 @@ def gather(xf, idx, outf):
 
 
 @numba.njit(cache=True)
+def transpose2(x, out):
+    """``out[j, i] = x[i, j]`` in 32 x 32 tiles: a tile's rows and columns stay in cache while it
+    moves (a gather by index arrays streams an int64 index per element besides the data)."""
+    n, m = x.shape
+    for i0 in range(0, n, 32):
+        i1 = min(i0 + 32, n)
+        for j0 in range(0, m, 32):
+            j1 = min(j0 + 32, m)
+            for i in range(i0, i1):
+                for j in range(j0, j1):
+                    out[j, i] = x[i, j]
+
+
+@numba.njit(cache=True)
 def scatter(xf, idx, outf):
     """outf[idx[q]] = xf[q] (one operand of a concat)."""
     for q in range(idx.shape[0]):

@@ -61,7 +61,7 @@ import math
 import numpy as np
 import numba
 from timerl.kernels.scalar import (G, LANE, ONE, dot, gather, matmul_small, mix, permutation,  # noqa: F401
-                                   reduce3, scatter, take3, take_along3, tanh32, unit)
+                                   reduce3, scatter, take3, take_along3, tanh32, transpose2, unit)
 """
 
 
@@ -491,6 +491,12 @@ class Render:
             x, _, _ = self.arg(p, e)
             self.emit(f"{v} = {x}.T")
             return
+        if node.op is Op.PERMUTE and tuple(node.attrs["axes"]) == (1, 0):  # a matrix transposed, in tiles
+            (p, e) = self.pdg.inputs(n)[0]
+            x, s, _ = self.arg(p, e)
+            self.emit(f"{v} = np.empty({out}, np.{dt})")
+            self.emit(f"transpose2({x}.reshape({st(s)}), {v})")
+            return
         idx = gathers(self.pdg, n)
         self.emit(f"{v} = np.empty({out}, np.{dt})")
         self.emit(f"{v}f = {v}.reshape({size})")
@@ -621,9 +627,10 @@ class Render:
                 self.emit(f"o{k}[...] = v{self.local[n]}")
         rets = []
         for n in self.returned:
-            v = f"v{self.local[n]}"
-            # a reshape is a view of its input: return a copy the stores may own
-            rets.append(f"{v}.copy()" if pdg.rec(n).op is Op.RESHAPE else v)
+            # a reshape returns a view of its input, as numpy's reshape does on the other backends:
+            # stored values are never written in place (a donation needs readers that do not alias,
+            # and a kernel writes only block rows it has not written before)
+            rets.append(f"v{self.local[n]}")
         params = ([f"x{k}" for k in range(len(self.ext))] + [f"c{k}" for k in range(len(self.consts))]
                   + [f"d_{d}" for d in self.dims] + [f"key{k}" for k in range(len(self.keys))]
                   + [f"o{k}" for k in range(len(self.outs))])

@@ -11,7 +11,8 @@ Rewrites (the graph changes):
 - ``simplify``: exact algebraic identities and constant folding (:mod:`.simplify`);
 - ``cse``: one node per distinct computation (:mod:`.cse`);
 - ``dce``: drop what no sink or parameter update demands (:mod:`.dce`);
-- ``reuse``: a learner's forward ops over a rollout block read the acting activations (:mod:`.reuse`);
+- ``reuse``: a learner's forward ops over a rollout block read the acting activations (:mod:`.reuse`;
+  through a gather of rows, PPO's shuffled minibatch, only with the option ``reuse_rows``);
 - ``vectorize``: a dim that needs no order becomes a leading spatial axis (:mod:`.vectorize`).
 
 Annotations (the graph is the same, with a record in ``pdg.graph`` that later stages only read):
@@ -48,6 +49,8 @@ PIPELINE = [("simplify", simplify), ("cse", cse), ("dce", dce), ("reuse", reuse)
             ("group", group), ("fuse", fuse)]
 ANNOTATIONS = (GROUPS, JOINS, SEGMENTS)  # the pdg.graph keys the annotating passes write
 ANNOTATING = ("group", "fuse")
+#: switches of a pass's variant, off unless given (``compile(passes={"reuse_rows": True})``)
+OPTIONS = ("reuse_rows",)
 # switches the scheduler read before grouping became a pass; none now (kept for callers)
 SCHEDULER_SWITCHES = ()
 
@@ -61,11 +64,12 @@ class PassContext:
 
     backend: str | None = None
     renderable: object = None
+    switches: dict = dataclasses.field(default_factory=dict)  # compile(passes=...) as given
 
 
 def check_switches(switches):
     """``compile(passes=...)``: None or a dict from known pass names to bools."""
-    known = {n for n, _ in PIPELINE}
+    known = {n for n, _ in PIPELINE} | set(OPTIONS)
     if switches is None:
         return
     if not isinstance(switches, dict):
@@ -83,7 +87,7 @@ def run_passes(prog, pdg, bounds, analysis, switches, times, check=False, ctx=No
     ``ctx``: the :class:`PassContext` (the ``fuse`` pass records nothing without a kernel generator)."""
     switches = dict(switches or {})
     check_switches(switches)
-    ctx = ctx or PassContext()
+    ctx = dataclasses.replace(ctx or PassContext(), switches=switches)
     if check:
         verify(pdg, prog, after="(program as built)", analysis=analysis)
     for name, fn in PIPELINE:

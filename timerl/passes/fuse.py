@@ -59,12 +59,37 @@ def order(pdg, members, ok) -> list:
                 done.add(n)
         if seg:
             seg.sort(key=pos.get)  # member order is a topological order: so is each run of it
-            out += [("seg", seg[a:a + MAX_MEMBERS]) for a in range(0, len(seg), MAX_MEMBERS)]
+            out += [("seg", c) for c in _chunks(pdg, seg)]
             continue
         n = min((n for n in members if n not in done and deps[n] <= done), key=pos.get)
         out.append(("glue", n))
         done.add(n)
     return out
+
+
+#: ops that only view or move data: cut from their readers, each would be materialized as a
+#: kernel output (a transpose read by a matmul is otherwise a strided view BLAS reads for free)
+MOVEMENT = (Op.PERMUTE, Op.RESHAPE)
+
+
+def _chunks(pdg, seg) -> list:
+    """``seg`` (in a topological order) cut into kernels of at most about ``MAX_MEMBERS`` members,
+    then each movement op whose readers in ``seg`` all sit in later kernels moved to the first of
+    those (readers first, so chains of them move together): it stays a view there."""
+    chunks = [seg[a:a + MAX_MEMBERS] for a in range(0, len(seg), MAX_MEMBERS)]
+    if len(chunks) == 1:
+        return chunks
+    where = {n: k for k, c in enumerate(chunks) for n in c}
+    for n in reversed(seg):
+        if pdg.rec(n).op not in MOVEMENT:
+            continue
+        readers = [where[c] for c, _ in pdg.consumers(n) if c in where]
+        if readers and min(readers) > where[n]:
+            chunks[where[n]].remove(n)
+            k = min(readers)
+            chunks[k].insert(0, n)
+            where[n] = k
+    return [c for c in chunks if c]
 
 
 def segments_of(pdg, members, domain, renderable) -> list:

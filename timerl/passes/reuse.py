@@ -41,6 +41,12 @@ most two, a reduction not over axis 0, a reshape keeping axis 0), every stacked 
 ``take(reshape(A[i, 0:T]), idx)`` (the access and reshape over ``A``'s other dims, shared by every
 reader; the take where ``L`` was).
 
+This form is switched off by default (``compile(passes={"reuse_rows": True})`` turns it on): the
+gather reads each reused activation in shuffled row order, and on the numba backend that measured
+slower than recomputing the layers (PPO, 512 x 250, one epoch of one minibatch: 0.50-0.62 s per
+iteration with it against 0.36-0.44 without; the matmuls it saves run near BLAS speed, while each
+gathered activation moves a 128000 x 64 array through memory twice).
+
 Then ``L[p] = stack(A[p, d] for 0 <= d < D)`` (or its gather of rows) at every demanded point ``p``:
 by induction over the matched operands, ``L``'s operands are the stacked operands of ``A`` and the op
 commutes with stacking (and with gathering rows). The graph is otherwise left alone; nodes that
@@ -73,15 +79,17 @@ ELEMENTWISE = frozenset({Op.UNARY, Op.BINARY, Op.WHERE, Op.CAST})
 ROWWISE = ELEMENTWISE | {Op.MATMUL, Op.REDUCE, Op.RESHAPE}
 KEEP_FLAGS = ("parameter", "requires_grad")
 
-def reuse(prog, pdg, bounds, analysis):
-    """Replace learner forward ops by blocks of the matching acting ops (see the module docstring)."""
+def reuse(prog, pdg, bounds, analysis, ctx=None):
+    """Replace learner forward ops by blocks of the matching acting ops (see the module docstring);
+    through a gather of rows only with ``compile(passes={"reuse_rows": True})`` (``ctx.switches``)."""
+    rows = bool(ctx is not None and ctx.switches.get("reuse_rows", False))
     live = [n for n in analysis.live if n in pdg]
     sub = pdg.subgraph(live)
     matches = {}  # learner node -> (acting node, dim, bound, chain)
     for d in prog.dims:
         if d.bound.name not in bounds:
             continue
-        m = _Matcher(prog, sub, bounds, analysis, d, matches)
+        m = _Matcher(prog, sub, bounds, analysis, d, matches, rows)
         for n in sorted(live):
             m.match(n)
     if not matches:
@@ -167,8 +175,8 @@ def _project(model, L, ldom, outer):
 
 
 class _Matcher:
-    def __init__(self, prog, pdg, bounds, analysis, d, matches):
-        self.prog, self.pdg, self.analysis, self.d = prog, pdg, analysis, d
+    def __init__(self, prog, pdg, bounds, analysis, d, matches, rows=True):
+        self.prog, self.pdg, self.analysis, self.d, self.gather_rows = prog, pdg, analysis, d, rows
         self.D = int(bounds[d.bound.name])
         self.subs = {b.e: sympy.Integer(bounds[b.name]) for b in prog.bounds if b.name in bounds}
         self.matches = matches
@@ -244,7 +252,7 @@ class _Matcher:
             return None
         chain = []
         rec = pdg.rec(pL)
-        if rec.op is Op.TAKE and rec.attrs.get("axis") == 0 and not rec.attrs.get("along"):
+        if self.gather_rows and rec.op is Op.TAKE and rec.attrs.get("axis") == 0 and not rec.attrs.get("along"):
             (px, ex), _ = pdg.inputs(pL)
             if ex.out != 0 or not self.basis(ex, px) or any(pdg.nodes[pL].get(f) for f in KEEP_FLAGS):
                 return None
@@ -483,3 +491,6 @@ class _Matcher:
 
 
 __all__ = ["reuse"]
+
+
+reuse.takes_context = True

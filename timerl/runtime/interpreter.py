@@ -363,11 +363,12 @@ class Render:
 
     def outs(self, step):
         """The outputs a kernel writes straight into their rows of a block array (of one output, at
-        least one axis, the row's shape and dtype)."""
+        least one axis, the row's shape and dtype; not a ring, whose rows are written again while a
+        view of an old one may live on)."""
         out = []
         for o in step.outputs:
             node, st = self.pdg.rec(o), self.arrays.get(o)
-            if st is not None and len(node.shapes) == 1 and len(node.shape) and \
+            if st is not None and st.kind == "block" and len(node.shapes) == 1 and len(node.shape) and \
                     tuple(st.shape) == tuple(node.shape) and np.dtype(st.dtype) == np.dtype(node.dtype):
                 out.append(o)
         return out
