@@ -122,6 +122,7 @@ MATMUL = [
     ("mv", (2, 3), (3,)),
     ("vv", (3,), (3,)),
     ("batched", (2, 2, 3), (3, 2)),
+    ("batched4", (2, 2, 2, 3), (3, 2)),  # two batch dims merged into the rows of b's gradient
 ]
 
 

@@ -49,6 +49,7 @@ def _ops(i, dtype):
         wide.logsumexp(axis=0), wide.argmax(axis=0), cube.sum(axis=(0, 2)), cube.max(axis=(0, 2), keepdims=True),
         huge_a @ huge_w, big_a.transpose(1, 0) @ big_a,                                   # a transpose read by BLAS
         big_a.transpose(1, 0), wide.transpose(1, 0),                      # transposes in 32 x 32 tiles, partial ones
+        cube @ tl.tensor(rng.normal(size=(5, 6)).astype(dtype), name="w5"),   # batch dims merged into rows
     ]
     return outs
 

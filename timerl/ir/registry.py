@@ -479,7 +479,15 @@ def _matmul_vjp(F, node, k, g, ins, out):
     if k == 0:
         r = unbroadcast(F, g2 @ _swap(F, b2), a2.shape)
         return F.reshape(r, a.shape) if a.ndim == 1 else r
-    r = unbroadcast(F, _swap(F, a2) @ g2, b2.shape)
+    sa, sg = tuple(a2.shape), tuple(g2.shape)
+    if len(b2.shape) == 2 and len(sa) > 2 and sa[:-1] == sg[:-1] and all(isinstance(s, int) for s in sa + sg):
+        # b is shared by every batch: its gradient sums a_j^T g_j over the batch, which is one
+        # matrix product over the batch and rows merged (as PyTorch computes it), not a batched
+        # product and a sum (numpy would run that as one small matmul per batch element)
+        rows = int(np.prod(sa[:-1], dtype=np.int64))
+        r = _swap(F, F.reshape(a2, (rows, sa[-1]))) @ F.reshape(g2, (rows, sg[-1]))
+    else:
+        r = unbroadcast(F, _swap(F, a2) @ g2, b2.shape)
     return F.reshape(r, b.shape) if b.ndim == 1 else r
 
 

@@ -140,8 +140,9 @@ def renderable(pdg, n, dims=None) -> bool:
         return scalar_template(node, [d for *_, d in ins]) is not None
     if op is Op.MATMUL:
         (_, _, sa, da), (_, _, sb, db) = ins
-        return (dt in FLOATS and da == dt and db == dt and 1 <= len(sa) <= 2 and 1 <= len(sb) <= 2
-                and all(int(s) > 0 for s in tuple(sa) + tuple(sb)))
+        # a of any rank (batch dims merged into its rows) against b of rank 1 or 2
+        return (dt in FLOATS and da == dt and db == dt and 1 <= len(sa) and (1 <= len(sb) <= 2)
+                and (len(sa) <= 2 or len(sb) == 2) and all(int(s) > 0 for s in tuple(sa) + tuple(sb)))
     if op is Op.REDUCE:
         fn = node.attrs["fn"]
         _, _, sx, dx = ins[0]
@@ -354,11 +355,14 @@ class Render:
         a, sa, _ = self.arg(pa, ea)
         b, sb, _ = self.arg(pb, eb)
         dt = np.dtype(node.dtype).name
-        m = int(sa[0]) if len(sa) == 2 else 1
         k = int(sa[-1])
+        m = int(np.prod(sa[:-1], dtype=np.int64)) if len(sa) >= 2 else 1
         nn = int(sb[1]) if len(sb) == 2 else 1
         v = f"v{self.local[n]}"
-        a2 = a if len(sa) == 2 else f"{a}.reshape((1, {k}))"
+        if len(sa) > 2:  # batch dims against a shared matrix: one product over the rows merged
+            a2 = f"np.ascontiguousarray({a}).reshape(({m}, {k}))"
+        else:
+            a2 = a if len(sa) == 2 else f"{a}.reshape((1, {k}))"
         b2 = b if len(sb) == 2 else f"{b}.reshape(({k}, 1))"
         if m * k * nn >= NUMPY_MACS:
             # numpy's own matmul, from inside the kernel (objmode: about 15 us to enter): numba's np.dot
