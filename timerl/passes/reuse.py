@@ -74,6 +74,7 @@ from ..ir.ops import Edge, Node, Op, Slice
 from ..ir.polyhedral import stmt, var
 from .cse import freeze
 from .rewrite import forward, remodel
+from .vectorize import matmul_batches
 
 ELEMENTWISE = frozenset({Op.UNARY, Op.BINARY, Op.WHERE, Op.CAST})
 ROWWISE = ELEMENTWISE | {Op.MATMUL, Op.REDUCE, Op.RESHAPE}
@@ -450,12 +451,7 @@ class _Matcher:
                 return False
             if merged:
                 return True  # rows() checked the shapes
-            (ba, bb), (rka, rkb) = batched, ranks
-            if ba and bb:
-                return rka >= 2 and rka == rkb
-            if ba:
-                return rkb <= 2 or rkb <= rka
-            return rkb >= 2 and rka <= rkb
+            return matmul_batches(batched, ranks)
         if op is Op.REDUCE:
             if len(batched) > 1 and batched[1]:
                 return False

@@ -258,12 +258,7 @@ class _Vectorizer:
         if op is Op.CONCAT:
             return all(bat)
         if op is Op.MATMUL:
-            (ra, rb), (ba, bb) = rk, bat
-            if ba and bb:
-                return ra >= 2 and ra == rb
-            if ba:
-                return rb <= 2 or rb <= ra
-            return rb >= 2 and ra <= rb
+            return matmul_batches(bat, rk)
         if op is Op.TAKE:
             if node.attrs["along"]:
                 return all(bat) and rk[0] == rk[1]
@@ -557,3 +552,14 @@ class _Vectorizer:
 
 
 __all__ = ["vectorize", "vectorize_dim"]
+
+
+def matmul_batches(batched, ranks) -> bool:
+    """Whether a matmul whose operands gain a leading axis (``batched``: per operand; ``ranks``:
+    their ranks before) keeps that axis a batch axis of the product (numpy's matmul rules)."""
+    (ba, bb), (ra, rb) = batched, ranks
+    if ba and bb:
+        return ra >= 2 and ra == rb
+    if ba:
+        return rb <= 2 or rb <= ra
+    return rb >= 2 and ra <= rb
