@@ -179,12 +179,10 @@ class Plan:
         frees = memory.free_maps(prog, pdg, analysis, self.problem, T, {p: m for p, m in last.items() if p not in inl})
         self.donated = memory.donations(prog, pdg, analysis, self.problem, T, last)
         self.frees = sorted(p for p in last if p not in inl)
-        self._memory_args = (prog, pdg, analysis, self.problem, T, last, frees)
+        self._live = memory.LivePairs(analysis, self.problem, T, last, frees)
         self.storage = storage
-        self.kinds = memory.storage_kinds(*self._memory_args, mode=storage)
-        self._slot_args = (pdg, analysis, self.problem, T, last, frees, self.inline)
-        self.slots = memory.slot_nodes(*self._slot_args, self.kinds)
-        self.single = memory.single_blocks(analysis, self.problem, T, last, frees, self.kinds)
+        self.kinds, self.slots, self.single = memory.storage_plan(pdg, analysis, self.problem, self._live,
+                                                                  self.inline, storage)
         t2 = time.perf_counter()
         self.tree = build_tree(T, frees, analysis.model.ctx, bounds)
         self.schedule = Schedule(self.tree, self.problem.groups, pdg, self.donated, self.inline, kinds=self.kinds)
@@ -197,9 +195,8 @@ class Plan:
         """The same schedule with the storage kinds of another mode (memory.STORAGE_MODES)."""
         alt = copy.copy(self)
         alt.storage = storage
-        alt.kinds = memory.storage_kinds(*self._memory_args, mode=storage)
-        alt.slots = memory.slot_nodes(*self._slot_args, alt.kinds)
-        alt.single = memory.single_blocks(*self._slot_args[1:6], alt.kinds)
+        alt.kinds, alt.slots, alt.single = memory.storage_plan(self.schedule.pdg, self._live.analysis, self.problem,
+                                                               self._live, self.inline, storage)
         alt.schedule = Schedule(self.tree, self.problem.groups, self.schedule.pdg, dict(self.donated), self.inline,
                                 kinds=alt.kinds)
         return alt

@@ -7,6 +7,11 @@ time dim set past the reader's execution. Donation: a ``donor`` op (registry tra
 write its result into an ``owning`` operand's buffer when, under the schedule, it is that
 point's last reader (checked with isl for every instance), shapes and dtypes agree, and
 every reader of the buffer is ``non_aliasing``.
+
+Storage (:func:`storage_plan`): from the pairs of points each node holds live together
+(:class:`LivePairs`), a block or ring for nodes read by slices (:func:`storage_kinds`), one array
+when it never holds two blocks (:func:`single_blocks`), and a slot or cells addressed by an
+integer for the others (:func:`slot_nodes`).
 """
 
 from __future__ import annotations
@@ -193,31 +198,6 @@ def _windowed(sl) -> bool:
     return any((u - lo).is_Integer for u in _bounds_of(sl.stop) for lo in _bounds_of(sl.start))
 
 
-def _slots(problem, analysis, p, pos, T, frees: dict, last: dict):
-    """Least ring size so no point of ``p`` is written while a point ``pos``-distance k away
-    (same other coordinates) is still live, with k >= size: the max over pairs ``x -> y``
-    with ``W(x) <= W(y) <= F(x)`` of ``|y - x|`` along ``pos``, plus one. None if unbounded."""
-    gname = stmt(problem.of[p])
-    W = T.intersect_domain(isl.UnionSet.from_set(analysis.demand[p].set_tuple_name(gname)))
-    W = _renamed_domain(W, "X")
-    F = _renamed_domain(frees[p] if p in frees else isl.UnionMap.from_map(last[p]), "X")
-    before = W.lex_le_union_map(W)  # x -> y: y written no earlier than x
-    during = W.lex_le_union_map(F).reverse()  # x -> y: y written no later than x's free
-    C = before.intersect(during)
-    if C.is_empty():
-        return 1
-    d = isl.Set.from_union_set(C.deltas()).intersect_params(problem.ctx)
-    for k in range(d.dim(isl.dim_type.set)):
-        if k != pos:
-            d = d.fix_val(isl.dim_type.set, k, 0)
-    if d.is_empty():
-        return 1
-    hi, lo = d.dim_max_val(pos), d.dim_min_val(pos)
-    if not (hi.is_int() and lo.is_int()):
-        return None
-    return max(hi.to_python(), -lo.to_python()) + 1
-
-
 def _renamed_domain(um, name):
     maps = []
     um.foreach_map(lambda m: maps.append(m.set_tuple_name(isl.dim_type.in_, name)))
@@ -227,7 +207,7 @@ def _renamed_domain(um, name):
     return out
 
 
-def storage_kinds(prog, pdg, analysis, problem, T, last: dict, free_stmts: list, mode="default") -> dict:
+def storage_kinds(pdg, analysis, problem, live, mode="default") -> dict:
     """node -> :class:`Storage` for every stored node read by slices.
 
     Slices along one dim ``d`` (every slice read of the node slices the same dim, no
@@ -237,11 +217,6 @@ def storage_kinds(prog, pdg, analysis, problem, T, last: dict, free_stmts: list,
     ``"block"`` never picks a ring, ``"points"`` keeps every node a point store (the
     alternatives ``memory_budget`` tries).
     """
-    frees = {}
-    for m in free_stmts:
-        p = int(m.get_tuple_name(isl.dim_type.in_)[1:])
-        u = isl.UnionMap.from_map(m)
-        frees[p] = u if p not in frees else frees[p].union(u)
     out = {}
     for p in problem.of:
         node = pdg.rec(p)
@@ -261,7 +236,7 @@ def storage_kinds(prog, pdg, analysis, problem, T, last: dict, free_stmts: list,
         if len(dims) != 1:
             st.why = "slices along several dims"
             continue
-        if p not in last:
+        if p not in live.last:
             st.why = "never freed"
             continue
         (pos,) = dims
@@ -275,20 +250,70 @@ def storage_kinds(prog, pdg, analysis, problem, T, last: dict, free_stmts: list,
         st.shape, st.dtype = tuple(node.shape), str(np.dtype(node.dtype))
         st.outs = tuple((tuple(sh), str(np.dtype(dt))) for sh, dt in zip(node.shapes, node.dtypes))
         if mode == "default" and all(_windowed(idx[pos]) for idx, _ in slices):
-            n = _slots(problem, analysis, p, pos, T, frees, last)
+            n = live.ring(p, pos)
             if n is not None and n < st.length:
                 st.kind, st.length = "circular", n
     return out
 
 
-def _live_pairs(analysis, problem, T, p, frees, last):
-    """``x -> y`` for the points of ``p`` live together (``W(x) <= W(y) <= F(x)``, ``x != y``)."""
-    gname = stmt(problem.of[p])
-    W = _renamed_domain(T.intersect_domain(isl.UnionSet.from_set(analysis.demand[p].set_tuple_name(gname))), "X")
-    F = _renamed_domain(frees[p] if p in frees else isl.UnionMap.from_map(last[p]), "X")
-    C = W.lex_le_union_map(W).intersect(W.lex_le_union_map(F).reverse())
-    same = isl.UnionSet.from_set(analysis.demand[p].set_tuple_name("X")).identity()
-    return C.subtract(same).intersect_params(problem.ctx)
+class LivePairs:
+    """The pairs of points of each stored node that the schedule holds together: ``x -> y``,
+    ``x != y``, with ``W(x) <= W(y) <= F(x)`` (``y`` written between ``x``'s write and its free),
+    computed with isl once per node and read by every storage decision (a ring's length, a
+    slot, cells, a block array)."""
+
+    def __init__(self, analysis, problem, T, last: dict, free_stmts: list):
+        self.analysis, self.problem, self.T, self.last = analysis, problem, T, last
+        self.frees = {}
+        for m in free_stmts:
+            p = int(m.get_tuple_name(isl.dim_type.in_)[1:])
+            u = isl.UnionMap.from_map(m)
+            self.frees[p] = u if p not in self.frees else self.frees[p].union(u)
+        self._deltas = {}
+
+    def deltas(self, p):
+        """``{y - x}`` over the pairs (an isl set over ``p``'s domain), or None when there are none."""
+        if p not in self._deltas:
+            a, pr = self.analysis, self.problem
+            dem = a.demand[p].set_tuple_name(stmt(pr.of[p]))
+            W = _renamed_domain(self.T.intersect_domain(isl.UnionSet.from_set(dem)), "X")
+            F = _renamed_domain(self.frees[p] if p in self.frees else isl.UnionMap.from_map(self.last[p]), "X")
+            C = W.lex_le_union_map(W).intersect(W.lex_le_union_map(F).reverse())
+            C = C.subtract(isl.UnionSet.from_set(a.demand[p].set_tuple_name("X")).identity())
+            C = C.intersect_params(pr.ctx)
+            self._deltas[p] = None if C.is_empty() else isl.Set.from_union_set(C.deltas())
+        return self._deltas[p]
+
+    def ring(self, p, pos):
+        """Least ring length along dim ``pos`` so that no point of ``p`` is written while one that
+        many steps away along ``pos`` (same other coordinates) is live; None if unbounded."""
+        d = self.deltas(p)
+        if d is None:
+            return 1
+        for k in range(d.dim(isl.dim_type.set)):
+            if k != pos:
+                d = d.fix_val(isl.dim_type.set, k, 0)
+        return 1 if d.is_empty() else _spread(d, pos)
+
+    def along(self, p):
+        """``(pos, n)``: every pair differs along dim ``pos`` only, by less than ``n``; ``(-1, 1)``:
+        no pairs; None: pairs differ along several dims (or without bound)."""
+        d = self.deltas(p)
+        if d is None:
+            return (-1, 1)
+        for pos in range(d.dim(isl.dim_type.set)):
+            if _along(d, pos):
+                n = _spread(d, pos)
+                return None if n is None else (pos, n)
+        return None
+
+
+def _spread(d, pos):
+    """``max |v[pos]| + 1`` over the set ``d``, None if unbounded."""
+    hi, lo = d.dim_max_val(pos), d.dim_min_val(pos)
+    if not (hi.is_int() and lo.is_int()):
+        return None
+    return max(hi.to_python(), -lo.to_python()) + 1
 
 
 def _along(d, pos) -> bool:
@@ -300,29 +325,17 @@ def _along(d, pos) -> bool:
     return d.is_subset(along)
 
 
-def _free_unions(free_stmts) -> dict:
-    frees = {}
-    for m in free_stmts:
-        p = int(m.get_tuple_name(isl.dim_type.in_)[1:])
-        u = isl.UnionMap.from_map(m)
-        frees[p] = u if p not in frees else frees[p].union(u)
-    return frees
-
-
-def slot_nodes(pdg, analysis, problem, T, last: dict, free_stmts: list, inline: dict, kinds: dict) -> dict:
+def slot_nodes(pdg, problem, live, inline: dict, kinds: dict) -> dict:
     """Point stores addressed by an integer: node -> ``(pos, n)``, the node's live points kept in
     ``n`` slots indexed by the point's coordinate ``pos`` modulo ``n`` (``n == 1``: one slot,
     no index; ``pos`` is then -1).
 
-    A point ``x`` is live from its write ``W(x)`` to its free ``F(x)``. The pairs of points live
-    together are ``x -> y`` with ``W(x) <= W(y) <= F(x)`` (isl, over every pair). None besides
-    ``x -> x``: one slot. Otherwise, when every such pair differs along one dim only, by at most
-    ``n - 1``, ``n`` slots along it never hold two live points. A value read only by its own
-    statement at its own point (freed at the tail of that execution) needs no check, nor does a
-    node of one point. Nodes read by slices keep their storage kind; a node never freed, and
-    one whose live points differ along several dims, keeps a table of points.
+    No pair of points live together (:class:`LivePairs`): one slot. Every pair differs along one
+    dim only, by at most ``n - 1``: ``n`` slots along it never hold two live points. A value read
+    only by its own statement at its own point (freed at the tail of that execution) needs no
+    check, nor does a node of one point. Nodes read by slices keep their storage kind; a node
+    never freed, and one whose live points differ along several dims, keeps a table of points.
     """
-    frees = _free_unions(free_stmts)
     own = {p for gid, ns in inline.items() for p, at in ns if at is None and problem.of.get(p) == gid}
     out = {}
     for p in problem.of:
@@ -331,34 +344,27 @@ def slot_nodes(pdg, analysis, problem, T, last: dict, free_stmts: list, inline: 
             continue
         if not node.domain or p in own:
             out[p] = (-1, 1)
-            continue
-        if p not in last:
-            continue
-        C = _live_pairs(analysis, problem, T, p, frees, last)
-        if C.is_empty():
-            out[p] = (-1, 1)
-            continue
-        d = isl.Set.from_union_set(C.deltas())
-        for pos in range(d.dim(isl.dim_type.set)):
-            if not _along(d, pos):
-                continue
-            hi, lo = d.dim_max_val(pos), d.dim_min_val(pos)
-            if hi.is_int() and lo.is_int():
-                out[p] = (pos, max(hi.to_python(), -lo.to_python()) + 1)
-            break
+        elif p in live.last:
+            got = live.along(p)
+            if got is not None:
+                out[p] = got
     return out
 
 
-def single_blocks(analysis, problem, T, last: dict, free_stmts: list, kinds: dict) -> set:
+def single_blocks(live, kinds: dict) -> set:
     """Block stores and circular buffers that never hold two blocks at once: every pair of
-    points live together differs only along the block's dim (isl). Each is one array
-    addressed by that coordinate, with no table of blocks."""
-    frees = _free_unions(free_stmts)
+    points live together differs only along the block's dim. Each is one array addressed by
+    that coordinate, with no table of blocks."""
     out = set()
     for p, st in kinds.items():
-        if st.kind not in ("block", "circular") or p not in last:
-            continue
-        C = _live_pairs(analysis, problem, T, p, frees, last)
-        if C.is_empty() or _along(isl.Set.from_union_set(C.deltas()), st.pos):
-            out.add(p)
+        if st.kind in ("block", "circular") and p in live.last:
+            d = live.deltas(p)
+            if d is None or _along(d, st.pos):
+                out.add(p)
     return out
+
+
+def storage_plan(pdg, analysis, problem, live, inline: dict, mode="default"):
+    """``(kinds, slots, single)``: :func:`storage_kinds`, :func:`slot_nodes`, :func:`single_blocks`."""
+    kinds = storage_kinds(pdg, analysis, problem, live, mode)
+    return kinds, slot_nodes(pdg, problem, live, inline, kinds), single_blocks(live, kinds)
