@@ -14,7 +14,7 @@ import sympy
 from ..errors import ArgTypeError, CompileError, ShapeError, user_site
 from ..ir import registry
 from ..ir.expr import Cond, Dim, Expr, as_cond
-from ..ir.ops import Edge, Op
+from ..ir.ops import Edge, Op, frozen
 from .args import as_domain, as_dtype, as_shape, as_size, check_data, check_program, describe, value_array, who
 from .program import building_program, current_program
 from .tensor import RecurrentTensor
@@ -123,8 +123,7 @@ def as_tensor(x, dtype=None, prog=None, what=None) -> RecurrentTensor:
 
 
 def _const(arr: np.ndarray, prog, domain=(), name=None) -> RecurrentTensor:
-    arr = np.array(arr)
-    arr.setflags(write=False)
+    arr = frozen(arr)
     nid = prog.add(Op.CONST, domain, [arr.shape], [arr.dtype], {"value": arr}, name=name)
     return RecurrentTensor(prog, nid)
 

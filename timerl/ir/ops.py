@@ -123,3 +123,13 @@ def broadcast(shapes):
         return tuple(int(s) for s in np.broadcast_shapes(*[tuple(int(x) for x in s) for s in shapes]))
     except ValueError:
         return None
+
+
+def frozen(value) -> np.ndarray:
+    """A constant's array as the graph keeps it: a private copy, read-only and C-ordered. Statement
+    kernels take constants as operands, and numba's dispatcher matches only arrays of a kernel's
+    layout on its fast path: an F-ordered weight (a transposed initialisation) failed it on every
+    call, about 30 us each (the failed match, its error message, a converted copy)."""
+    arr = np.array(value, order="C")
+    arr.setflags(write=False)
+    return arr

@@ -33,7 +33,7 @@ import numpy as np
 import sympy
 
 from ..ir import registry
-from ..ir.ops import Node, Op
+from ..ir.ops import Node, Op, frozen
 from ..ir.semantics import evaluate
 from .rewrite import forward, reanalysed
 
@@ -173,9 +173,7 @@ def folded(pdg, n):
     v = np.asarray(v)
     if v.shape != tuple(int(s) for s in node.shape) or v.dtype != node.dtype:
         return None
-    v = np.array(v)
-    v.setflags(write=False)
-    return v
+    return frozen(v)
 
 
 def simplify(prog, pdg, bounds, analysis):

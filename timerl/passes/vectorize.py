@@ -35,7 +35,7 @@ import numpy as np
 import sympy
 
 from ..ir.analysis import analyze, live_nodes
-from ..ir.ops import Edge, Node, Op, Slice, is_basis
+from ..ir.ops import Edge, Node, Op, Slice, frozen, is_basis
 from .rewrite import forward
 
 I64 = np.dtype("int64")
@@ -391,8 +391,7 @@ class _Vectorizer:
             moved = np.moveaxis(arr, k, len(node.domain) - 1)
             return Node(Op.DATA, self._without(node.domain), (self._vshape(node.shape),), node.dtypes,
                         {**node.attrs, "array": moved}, node.name, node.index)
-        val = np.arange(self.D, dtype=node.dtype)
-        val.setflags(write=False)
+        val = frozen(np.arange(self.D, dtype=node.dtype))
         return Node(Op.CONST, (), ((self.D,),), node.dtypes, {"value": val}, node.name, node.index)
 
     def _vec_record(self, n, node) -> Node:

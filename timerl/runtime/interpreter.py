@@ -209,15 +209,13 @@ class Render:
         return [f"b{n}"] if len(outs) <= 1 else [f"b{n}_{j}" for j in range(len(outs))]
 
     def array_bytes(self, n):
-        st = self.arrays[n]
-        return sum(int(np.prod((st.length,) + tuple(sh), dtype=np.int64)) * np.dtype(dt).itemsize
-                   for sh, dt in (st.outs or ((st.shape, st.dtype),)))
+        return self.arrays[n].length * nbytes_of(self.pdg.rec(n))
 
     def array_rows(self, p, a, b, out=0):
         """The rows of block array ``p`` (output ``out``) for the points ``a .. b - 1`` along its
         dim: a view (a ring: a copy, its slots are rewritten)."""
         st, var = self.arrays[p], self.avars(p)[out]
-        shape, dt = st.outs[out] if st.outs else (st.shape, st.dtype)
+        shape, dt = st.outs[out]
         empty = self.sym(f"e{p}_{out}", np.zeros((0,) + tuple(shape), dt))
         if st.kind == "circular":
             return f"ring_rows({var}, ({a}) - {st.lo}, ({b}) - ({a}), {st.length}, {empty})"
@@ -226,8 +224,8 @@ class Render:
 
     def read_point(self, n, p, out, key, parts):
         if p in self.arrays:
-            var = self.avars(p)[out if len(self.avars(p)) > 1 else 0]
-            return f"{var}[{self.row(p, parts)}]" + (".copy()" if self.arrays[p].kind == "circular" else "")
+            ring = self.arrays[p].kind == "circular"  # a ring's row is written again: a copy
+            return f"{self.avars(p)[out]}[{self.row(p, parts)}]" + (".copy()" if ring else "")
         if p in self.slots:
             v = f"v{p}"
         elif p in self.cells:
@@ -266,7 +264,7 @@ class Render:
         st, names = self.arrays[n], self.avars(n)
         self._assigned.update(names + [f"bn{n}"])
         L = [f"if {names[0]} is None:"]
-        for j, (var, (sh, dt)) in enumerate(zip(names, st.outs or ((st.shape, st.dtype),))):
+        for j, (var, (sh, dt)) in enumerate(zip(names, st.outs)):
             L.append(f"    {var} = np.empty({(st.length,) + tuple(sh)}, {self.sym(f'dt{n}_{j}', np.dtype(dt))})")
         return L + [f"    live += {self.array_bytes(n)}"]
 
@@ -313,10 +311,8 @@ class Render:
             L += ["else:", f"    raise RuntimeFault({msg!r} + str({k}))"]
         elif op is Op.ACCESS:
             L.append(f"o = {args[0]}")
-        elif op is Op.CONST:
-            # a private writeable copy: numba's dispatcher types only aligned writeable arrays on its
-            # fast path (a read-only operand costs a Python typeof, about 5 us, per kernel call)
-            L.append(f"o = {self.sym(f'c{n}', np.array(node.attrs['value'], order='C'))}")
+        elif op is Op.CONST:  # the graph keeps it C-ordered (ir.ops.frozen), as kernels take it
+            L.append(f"o = {self.sym(f'c{n}', node.attrs['value'])}")
         elif op is Op.DATA:
             L.append(f"o = np.asarray({self.sym(f'arr{n}', node.attrs['array'])}[{k}])")
         elif op is Op.DIM_VALUE:
@@ -332,8 +328,8 @@ class Render:
             v = f"[{', '.join(vs)}]" if node.attrs["multi"] else vs[0]
             pt = "{" + ", ".join(f"'{d.name}': d_{d.name}" for d in node.domain) + "}"
             L.append(f"call_sink({self.sym(f'node{n}', node)}, {v}, {pt})")
-        elif fast_ufunc(self.pdg, n) is not None:
-            fn, got = fast_ufunc(self.pdg, n)
+        elif (fast := fast_ufunc(self.pdg, n)) is not None:
+            fn, got = fast
             name = self.sym(f"uf{n}", fn)
             if step.donate is not None:
                 p, _ = ins[step.donate]
@@ -395,6 +391,9 @@ class Render:
                 f"    seg_fault({info}, [{', '.join(args)}], {k}, err)"]
 
     def kernel_operand(self, p, e, shape, reader, own):
+        if not len(shape) and self.pdg.rec(p).op is Op.CONST:
+            # a 0-d constant: its (1,)-shaped view once, not a reshape per call
+            return self.sym(f"c{p}_1", self.pdg.rec(p).attrs["value"].reshape(1))
         a = self.operand(reader, p, e, own)
         return a if len(shape) else f"{a}.reshape(1)"  # a 0-d value: shape (1,) in a kernel
 
@@ -445,7 +444,7 @@ class Render:
                 else:
                     body.append(f"if {self.key(own, None)} == {tuple(at)!r}:")
                     body += ["    " + ln for ln in self.free(n, self.key(self.pdg.rec(n).domain, own))]
-        if own:  # build the point's key once per execution
+        if own and any("K_" in ln for ln in body):  # the point's key, built once per execution that reads it
             body = [f"K_ = {self.key(own)}"] + body
         return self._fn(f"G{s.gid}", ", ".join(f"d_{d.name}" for d in own), body)
 
@@ -474,24 +473,21 @@ class Render:
             return f"{'G' if c.kind == 'exec' else 'F'}{c.ident}({', '.join(c.args)})"
 
         body = render(ticked(self.low.tree), call_line, 1) or ["    pass"]
-        slots = self.slot_vars()
+        slots, cells = self.slot_vars(), self.cell_lists()  # variables (None when empty), lists of cells
+        counts = [f"bn{n}" for n in sorted(self.arrays)]  # live points of each block array
+        # what holds a value: a slot, a block array (its first output's variable), a cell
+        held = [f"(v{n} is not None)" for n in self.slots] + \
+            [f"({self.avars(n)[0]} is not None)" for n in sorted(self.arrays)] + \
+            [f"sum(x is not None for x in c{n})" for n in sorted(self.cells)]
         run = "def run(tick=None):\n" + "\n".join(body) + "\n"
-        counts = [f"bn{n}" for n in sorted(self.arrays)]
         nl = f"    nonlocal {', '.join(slots + counts)}\n" if slots + counts else ""
         inner = "\n".join(fns + [run])
-        cells = self.cell_lists()
         inner += ("def mem():\n    return live, peak\n"
                   "def reset():\n    nonlocal live, peak\n    live = 0\n    peak = 0\n"
                   f"def drop_slots():\n{nl}" + "".join(f"    {v} = None\n" for v in slots)
                   + "".join(f"    {c} = 0\n" for c in counts)
                   + "".join(f"    {c}[:] = [None] * {k}\n" for c, k in cells) + "    return None\n"
-                  "def held():\n    return " + " + ".join(["0"] + [f"({v} is not None)" for v in slots
-                                                                   if v[0] == "v" or v[0] == "b" and "_" not in v]
-                                                          + [f"({self.avars(n)[0]} is not None)"
-                                                             for n in self.arrays if len(self.avars(n)) > 1]
-                                                          + [f"sum(x is not None for x in c{n})" for n in self.cells])
-                  + "\n")
-        counts = [f"bn{n}" for n in sorted(self.arrays)]
+                  "def held():\n    return " + " + ".join(["0"] + held) + "\n")
         head = "def make():\n    live = 0\n    peak = 0\n" + "".join(f"    {v} = None\n" for v in slots) + \
             "".join(f"    {c} = 0\n" for c in counts) + "".join(f"    {c} = [None] * {k}\n" for c, k in cells)
         return head + "".join("    " + ln + "\n" for ln in inner.splitlines()) + \
@@ -823,8 +819,7 @@ class Lowering:
         self.prog, self.pdg, self.bounds, self.seed = prog, pdg, bounds, seed
         self.groups, self.tree, self.mode, self.backend = groups, tree, mode, backend
         self.inline, self.kinds = inline or {}, kinds or {}
-        self.slots = dict(slots) if isinstance(slots, dict) else {n: (-1, 1) for n in slots}
-        self.single = set(single)
+        self.slots, self.single = slots, set(single)
         self.donated = dict(donated)
         self.kernels = {}
 
