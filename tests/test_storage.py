@@ -393,9 +393,10 @@ def _two_output_prog(window):
 
 @pytest.mark.parametrize("window", [True, False], ids=["ring", "block"])
 @pytest.mark.parametrize("check", [False, True], ids=["run", "check"])
-def test_several_outputs_read_by_slices_get_one_array_each(window, check):
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_several_outputs_read_by_slices_get_one_array_each(window, check, backend):
     prog, out, want = _two_output_prog(window)
-    exe = prog.compile({"T": 8}, backend="numpy", check=check)
+    exe = prog.compile({"T": 8}, backend=backend, check=check)
     (node, st), = exe.plan.kinds.items()
     assert st.kind == ("circular" if window else "block") and len(st.outs) == 2
     assert headers(exe) == [("circular along t, 3 slots x " if window else "block along t (8 x ")

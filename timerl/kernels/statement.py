@@ -66,9 +66,6 @@ from timerl.kernels.scalar import (G, LANE, ONE, dot, gather, matmul_small, mix,
 
 
 REDUCE3 = {"sum": 0, "mean": 1, "max": 2, "min": 3, "std": 4, "logsumexp": 5}  # scalar.reduce3's codes
-#: a segment longer than this many members is cut into kernels of at most this many: numba's
-#: front end costs grow faster than linearly with a function's size (20 loop nests: 1.2 s,
-#: 40: 3.2 s, 160: 23 s to compile)
 
 
 def st(shape) -> tuple:

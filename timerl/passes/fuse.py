@@ -22,8 +22,8 @@ from __future__ import annotations
 from ..ir.ops import Op, is_basis
 from .group import GROUPS, SEGMENTS
 
-#: at most this many members per segment: numba's compile time grows faster than linearly with a
-#: function's size
+#: at most this many members per segment: numba's front end costs grow faster than linearly with a
+#: function's size (20 loop nests: 1.2 s, 40: 3.2 s, 160: 23 s to compile)
 MAX_MEMBERS = 64
 
 
