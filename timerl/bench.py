@@ -18,14 +18,17 @@ What each number is:
     ``cpu_env_steps_per_s``: the same from process CPU time (all threads of the process),
     robust when other processes share the cores.
   * ``peak_bytes``: ``exe.stats["peak_bytes"]`` after the run, the runtime's own account of
-    its peak of live tensor bytes (the device pool on numba/cuda).
+    its peak of live bytes, counted by base buffers: an allocation costs its bytes once until
+    its last reader (through its views), a view, broadcast or reshape costs nothing, and a
+    statement kernel's temporaries count while it runs. ``exe.planned_peak()`` is the same
+    count made without running; both agree with ``traced_peak_bytes`` within a few percent on
+    the comparison rows (tests/test_memory_accounting.py holds them to 10%).
   * ``peak_rss_mb``: ``getrusage(RUSAGE_SELF).ru_maxrss`` after the run: the whole
     process's peak resident set (imports, compiler and run included), in MiB.
   * ``traced_peak_bytes`` (only with ``traced_memory=True`` / ``--traced-memory``): the
     ``tracemalloc`` peak over a second, untimed ``exe.run()`` of the same executable: numpy
     buffers plus the Python objects allocated meanwhile, the instrument the numpy eager
-    baseline reports. ``peak_bytes`` counts each stored array's ``nbytes``, so a view or
-    a broadcast is counted at its full logical size; this number counts real buffers.
+    baseline reports: real buffers, measured.
 
 The bench runs ``total_steps = iterations * num_envs * num_steps`` (a given
 ``total_steps`` is replaced), so learning-rate annealing spans the benchmarked iterations.

@@ -32,6 +32,7 @@ kernel; :func:`timerl.kernels.cpu.load` caches it on disk keyed by the source.
 from __future__ import annotations
 
 import hashlib
+import re
 
 import numpy as np
 
@@ -660,3 +661,57 @@ def render(pdg, seg, returned, outs=()):
     r = Render(pdg, seg, returned, outs)
     src = r.source()
     return src, r.ext, r.consts, r.dims, r.keys
+
+
+_ASSIGN = re.compile(r"^\s*(\w+) = (.*)$")
+_ALLOC = re.compile(r"^np\.(?:empty|zeros|ones)\(\(([\d, ]*)\),\s*np\.(\w+)\)$")
+_VIEW = re.compile(r"^\(?(\w+)\)?(?:\.reshape\(|\.T$|\[)")
+_NAME = re.compile(r"\b[A-Za-z_]\w*\b")
+
+
+def transient_bytes(pdg, seg, src) -> int:
+    """The most bytes a kernel of this source holds at once in arrays it allocates: its temporaries
+    and the arrays it returns (the caller then stores those), each from its allocation to its last
+    use (numba frees an array when its last reference dies). Read off the kernel's body: an
+    ``np.empty``/``zeros``/``ones`` of a literal shape, or a member's array ``v<j>`` (member
+    ``seg[j]``) made by a call (``dot``), with reshapes, transposes and slices sharing their
+    base's buffer. Arrays a helper allocates and frees inside itself are not counted."""
+    lines = src.split("\ndef kernel(", 1)[1].splitlines()[1:]
+    size, base, born, last = {}, {}, {}, {}
+    for k, ln in enumerate(lines):
+        for nm in _NAME.findall(ln):
+            if nm in base:
+                last[base[nm]] = k
+        m = _ASSIGN.match(ln)
+        if m is None:
+            continue
+        name, expr = m.groups()
+        a, v = _ALLOC.match(expr), _VIEW.match(expr)
+        if a is not None:
+            shape = [int(x) for x in a.group(1).replace(" ", "").split(",") if x]
+            nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(a.group(2)).itemsize
+        elif v is not None:  # a view: of an array allocated here, or of an operand (nothing new)
+            b = base.get(v.group(1))
+            if b is not None:
+                base[name] = b
+                if size[b] is None:  # a call's result (a matmul in object mode), sized by the member viewing it
+                    size[b] = _member_bytes(pdg, seg, name)
+            continue
+        else:  # a call's result: a member's array, or a temporary sized by the member that views it
+            nbytes = _member_bytes(pdg, seg, name)
+        base[name] = name
+        size[name], born[name], last[name] = nbytes, k, k
+    peak = 0
+    for k in range(len(lines)):
+        peak = max(peak, sum(b for nm, b in size.items() if b and born[nm] <= k <= last[nm]))
+    return peak
+
+
+def _member_bytes(pdg, seg, name):
+    """The bytes of member ``seg[j]`` for the kernel variable ``v<j>``; None for other names."""
+    if not re.fullmatch(r"v\d+", name) or int(name[1:]) >= len(seg):
+        return None
+    node = pdg.rec(seg[int(name[1:])])
+    if not all(isinstance(s, int) for s in node.shape):
+        return None
+    return int(np.prod(node.shape, dtype=np.int64)) * np.dtype(node.dtype).itemsize

@@ -36,7 +36,8 @@ class Executable:
         schedule: the schedule tree; ``print(exe.schedule)`` shows Python-like loops,
             statement executions, frees and swaps (for ``"reference"``, its demand order).
         pdg: the optimized dependence graph (a ``networkx.MultiDiGraph``).
-        stats: a dict, filled by ``run()``: ``peak_bytes`` (peak of live tensor bytes),
+        stats: a dict, filled by ``run()``: ``peak_bytes`` (peak of live bytes by base buffer:
+            views cost nothing, kernels' temporaries count while they run),
             ``peak_host_bytes``, ``compile_seconds`` (a dict per stage), ``run_seconds``,
             ``kernels`` (generated kernels), ``swapped_bytes``, ``planned_peak_bytes``,
             ``statements``, ``donations``.

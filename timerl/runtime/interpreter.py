@@ -132,8 +132,8 @@ class Render:
         # a block store that never holds two blocks: one array in a variable (None between blocks),
         # rows addressed by the coordinate along the block; the instrumented renderers keep the
         # BlockStore object, which also verifies every read against the points it holds
-        self.arrays = {} if not self.inline_blocks else {
-            n: b.storage for n, b in low.buffers.items() if b.kind in ("block", "circular") and b.single}
+        self.run_arrays = {n: b.storage for n, b in low.buffers.items() if b.kind in ("block", "circular") and b.single}
+        self.arrays = self.run_arrays if self.inline_blocks else {}
         self.blocks = {n: b.storage for n, b in low.buffers.items() if b.kind in ("block", "circular")}
         self.stored = set(low.buffers)
         self.kernels = {}
@@ -161,7 +161,9 @@ class Render:
         return name
 
     def nb(self, n, v):
-        """Python expression of the bytes of value ``v`` of node ``n``."""
+        """Python expression of the bytes of value ``v`` of node ``n`` (a view: none of its own)."""
+        if n in self.low.views:
+            return "0"
         node = self.pdg.rec(n)
         k = nbytes_of(node)
         if k is not None:
@@ -362,8 +364,8 @@ class Render:
         least one axis, the row's shape and dtype; not a ring, whose rows are written again while a
         view of an old one may live on)."""
         out = []
-        for o in step.outputs:
-            node, st = self.pdg.rec(o), self.arrays.get(o)
+        for o in step.outputs:  # (as the run does, also when planning: the planned peak is the run's)
+            node, st = self.pdg.rec(o), self.run_arrays.get(o)
             if st is not None and st.kind == "block" and len(node.shapes) == 1 and len(node.shape) and \
                     tuple(st.shape) == tuple(node.shape) and np.dtype(st.dtype) == np.dtype(node.dtype):
                 out.append(o)
@@ -378,6 +380,13 @@ class Render:
         """Render every statement kernel first and compile the new ones in parallel (cpu.prewarm)."""
         cpu.prewarm([self._render(st.members, self.returned(st), self.outs(st))[0]
                      for s in self.low.statements for st in s.steps if st.kind == "kernel"])
+
+    def kernel_peak(self, step):
+        """The kernel's own arrays (temporaries and returned ones) count toward the peak while it
+        runs, on top of what is stored (:func:`timerl.kernels.statement.transient_bytes`)."""
+        src = self._render(step.members, self.returned(step), self.outs(step))[0]
+        x = statement.transient_bytes(self.pdg, step.members, src)
+        return [f"if live + {x} > peak:", f"    peak = live + {x}"] if x else []
 
     def kernel_call(self, step, own, args, info):
         kid = f"K{step.node}"
@@ -419,6 +428,7 @@ class Render:
             args.append(f"{self.avars(o)[0]}[{self.row(o)}]")
         info = self.sym(f"seg{step.node}", (seg, ext))
         L += self.kernel_call(step, own, args, info)
+        L += self.kernel_peak(step)
         k = self.key(own, own)
         for o in step.outputs:
             if o in outs:
@@ -767,6 +777,8 @@ class PlanRender(Render):
         return v
 
     def bytes_expr(self, n):
+        if n in self.low.views:
+            return "0"
         node = self.pdg.rec(n)
         nb, dyn = 0, []
         for shape, dt in zip(node.shapes, node.dtypes):
@@ -794,7 +806,7 @@ class PlanRender(Render):
         return L + self.write(n, self.key(self.pdg.rec(n).domain, own))
 
     def kernel_lines(self, step, own):  # the bytes of the outputs the run stores; the other members never are
-        L = []
+        L = self.kernel_peak(step)
         for o in step.outputs:
             L += [f"o = {self.bytes_expr(o)}"] + self.write(o, self.key(own, own))
         return L
@@ -815,8 +827,9 @@ class Lowering:
     """One plan lowered (:func:`timerl.runtime.lowered.lower`) and rendered for one mode."""
 
     def __init__(self, prog, pdg, bounds, seed, groups, tree, donated, mode="run", backend="numpy", inline=None,
-                 kinds=None, slots=(), single=()):
+                 kinds=None, slots=(), single=(), views=()):
         self.prog, self.pdg, self.bounds, self.seed = prog, pdg, bounds, seed
+        self.views = set(views)
         self.groups, self.tree, self.mode, self.backend = groups, tree, mode, backend
         self.inline, self.kinds = inline or {}, kinds or {}
         self.slots, self.single = slots, set(single)
@@ -833,7 +846,8 @@ class Lowering:
 
     def build(self, frees):
         low = lower(self.pdg, self.groups, self.tree, self.donated, self.inline, self.kinds, frees, self.slots,
-                    self.segments if self.backend == "numba" else None, lambda n: in_place(self.pdg, n), self.single)
+                    self.segments if self.backend == "numba" else None, lambda n: in_place(self.pdg, n), self.single,
+                    self.views)
         self.lowered, self.donated = low, low.donated
         r = RENDERERS[self.mode](self.prog, self.pdg, self.bounds, self.seed, low, self.backend)
         out = r.build()

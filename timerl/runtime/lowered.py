@@ -15,7 +15,11 @@ The compiler's plan (groups, schedule tree, frees, donation, storage kinds) beco
   members read elsewhere;
 - ``tails``: the frees that end a statement's execution; ``frees``: the nodes freed by
   free statements of the schedule tree;
-- ``tree``: the schedule tree (loops, executions, frees, progress ticks).
+- ``tree``: the schedule tree (loops, executions, frees, progress ticks);
+- ``views``: stored nodes whose values share their operands' buffers (a point or a block's rows
+  read as they are, a reshape): byte accounting gives them none of their own, and the memory
+  plan keeps the operands alive as long as they are read
+  (:func:`timerl.schedule.memory.views`).
 
 A renderer (:mod:`timerl.runtime.interpreter`) turns it into code; checking and
 planning are instrumentations of that rendering, not a different program.
@@ -69,7 +73,7 @@ class Lowered:
 
 
 def lower(pdg, groups, tree, donated, inline, kinds, frees, slots=(), segments=None, can_donate=None,
-          single=()) -> Lowered:
+          single=(), views=()) -> Lowered:
     """The lowered program of one plan.
 
     ``segments(group)`` gives the group's fusion: ``[("seg", members) | ("glue", node)]``
@@ -106,6 +110,20 @@ def lower(pdg, groups, tree, donated, inline, kinds, frees, slots=(), segments=N
     low = Lowered({}, statements, sorted(frees), tree)
     low.donated = donated
     stored = low.stored()
+    # values that share their operands' buffers (memory.views) and are kept as they are (a block
+    # or ring copies its rows): no bytes of their own
+    # a kernel's movement ops copy, but for a reshape of an operand (or of such a reshape): a view
+    own = set()
+    for s in statements:
+        for st in s.steps:
+            ext = set()
+            for n in st.members:
+                p = pdg.inputs(n)[0][0] if pdg.inputs(n) else None
+                if pdg.rec(n).op is Op.RESHAPE and (p not in st.members or p in ext):
+                    ext.add(n)
+                elif pdg.rec(n).op is not Op.ACCESS:
+                    own.add(n)
+    low.views = {n for n in views if n in stored and n not in kinds and n not in own}
     for n in stored:
         node = pdg.rec(n)
         if n in kinds:

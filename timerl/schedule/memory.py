@@ -44,24 +44,82 @@ def _set_last(prog, n, k):
     return isl.UnionMap(f"{{ [{a}] -> [{b}] }}")
 
 
-def last_reads(prog, pdg, analysis, problem, T) -> dict:
-    """node -> isl.Map ``S<n>[x] -> time of its last reader`` (stored nodes with readers)."""
+def last_reads(prog, pdg, analysis, problem, T, views=None, only=None) -> dict:
+    """node -> isl.Map ``S<n>[x] -> time of its last reader`` (stored nodes with readers).
+
+    ``views`` (:func:`views`): a node whose stored value shares an operand's buffer keeps that
+    buffer alive, so its readers count as readers of the operand's points it covers (through
+    views of views too): the operand is freed after them, and no op is handed its buffer
+    while a view of it lives. ``only``: compute these nodes' only."""
+    views = views or {}
     out = {}
-    for p in problem.of:
+    for p in problem.of if only is None else only:
         if pdg.rec(p).op is Op.SINK:
             continue
         rt = None
-        for c, e in pdg.consumers(p):
-            if c not in problem.of:
-                continue
-            a = access_g(analysis, problem.of, c, p, e.pos).intersect_range(analysis.demand[p])
-            u = isl.UnionMap.from_map(a.reverse()).apply_range(T)
+        for a in _readers(pdg, analysis, problem, p, views):
+            u = isl.UnionMap.from_map(a.intersect_range(analysis.demand[p]).reverse()).apply_range(T)
             rt = u if rt is None else rt.union(u)
         if rt is None or rt.is_empty():
             continue
         ms = []
         rt.lexmax().foreach_map(ms.append)
         (out[p],) = ms
+    return out
+
+
+def _readers(pdg, analysis, problem, p, views, depth=0):
+    """``{ S<reader's group>[y] -> S<p>[x] }`` maps: what each reader of ``p`` reads, and what the
+    readers of each view of ``p`` read of ``p`` through it."""
+    maps = []
+    for c, e in pdg.consumers(p):
+        if c not in problem.of:
+            continue
+        maps.append(access_g(analysis, problem.of, c, p, e.pos))
+        if views.get(c) and depth < 16:
+            through = analysis.model.access(c, p, e.pos).intersect_domain(analysis.demand[c])
+            maps += [a.apply_range(through) for a in _readers(pdg, analysis, problem, c, views, depth + 1)]
+    return maps
+
+
+#: movement ops whose numpy rule returns a view of the operand (reshape of a contiguous array,
+#: transpose, broadcast, basic indexing)
+VIEW_OPS = (Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE)
+
+
+def views(pdg, problem, kinds) -> dict:
+    """Stored node -> True when its value shares its operands' buffers instead of owning one:
+    an access or a placeholder's branch reading a point (the stored array itself; a ring's row
+    is a copy) or a slice of a block (rows of the block's array; a ring's or a table's slices are
+    copies), and a movement op of :data:`VIEW_OPS` (evaluated by numpy; a statement kernel's
+    reshape of one of its operands too, :func:`timerl.runtime.lowered.lower`). It costs no bytes of its own; its
+    readers keep the operands' buffers alive (:func:`last_reads`). A node kept in a block or ring
+    owns its rows (they are copies)."""
+    out = {}
+    for c in problem.of:
+        node = pdg.rec(c)
+        if c in kinds and kinds[c].kind != "points":
+            continue
+        ins = pdg.inputs(c)
+        if not ins or len(node.shapes) != 1:
+            continue
+        if node.op in (Op.ACCESS, Op.MERGE):
+            ok = True
+            for p, e in ins:
+                st = kinds.get(p)
+                if p not in problem.of:
+                    ok = False
+                elif any(isinstance(x, Slice) for x in e.index):
+                    ok = ok and st is not None and st.kind == "block"
+                else:
+                    ok = ok and (st is None or st.kind != "circular")
+        elif node.op in VIEW_OPS:  # the lowering keeps those the backend computes as views
+            (p, _), = ins
+            ok = p in problem.of
+        else:
+            ok = False
+        if ok:
+            out[c] = True
     return out
 
 

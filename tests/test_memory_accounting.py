@@ -1,0 +1,119 @@
+"""Accounting by base buffers (issue 12, item 1): a view, a broadcast or a reshape costs nothing,
+an allocation costs its bytes once until its last reader (through its views), and a statement
+kernel's own arrays count while it runs. The independent expectation is ``tracemalloc``: numpy's
+and numba's arrays are allocated through numpy's traced allocator."""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import timerl as tl
+from timerl.kernels import cpu, statement
+from timerl.runtime import interpreter
+
+
+def _traced(exe):
+    gc.collect()
+    tracemalloc.start()
+    try:
+        exe.run()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def _rollout_prog(N=64, T=40, D=256):
+    """Acting writes ``x[i, t]`` rows of a block; the learner reads the whole rollout ``x[i, 0:T]``
+    (a view of the block), reshapes it (a view) and reduces it."""
+    prog = tl.Program("i t")
+    (i, t), (I, Tb) = prog.dims, prog.bounds
+    out = {}
+    rng = np.random.default_rng(0)
+    data = rng.standard_normal((2, T, N, D)).astype("float32")
+    with prog:
+        x = tl.tanh(tl.tensor(data, (i, t), name="x"))
+        xs = x[i, 0:T].reshape((T * N, D))
+        tl.sink((xs * xs).sum(), lambda v, p: out.__setitem__(p["i"], float(v)))
+    return prog, {I: 2, Tb: T}, out, data
+
+
+def test_views_of_a_block_cost_nothing_and_keep_it_alive():
+    prog, bounds, out, data = _rollout_prog()
+    exe = prog.compile(bounds, backend="numpy")
+    low = exe.plan.lowered
+    ops = {exe.pdg.rec(n).op.name for n in low.views}
+    assert {"ACCESS", "RESHAPE"} <= ops  # the slice of the block and its reshape
+    exe.run()
+    block = data[0].nbytes
+    # the block once, plus the learner's product; the slice and the reshape add nothing
+    assert exe.stats["peak_bytes"] == exe.planned_peak()
+    assert block <= exe.stats["peak_bytes"] < 2.5 * block
+    want = {k: float((np.tanh(data[k]) ** 2).sum()) for k in range(2)}
+    assert out.keys() == want.keys() and all(np.isclose(out[k], want[k], rtol=1e-4) for k in want)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_planned_peak_agrees_with_tracemalloc_on_a_rollout(backend):
+    prog, bounds, _, _ = _rollout_prog()
+    exe = prog.compile(bounds, backend=backend)
+    exe.run()
+    traced = _traced(exe)
+    assert exe.planned_peak() == exe.stats["peak_bytes"]
+    assert abs(exe.stats["peak_bytes"] - traced) <= 0.1 * traced, (exe.stats["peak_bytes"], traced)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_planned_peak_agrees_with_tracemalloc_on_ppo(backend):
+    exe = tl.rl.ppo(env="trivial", num_envs=64, num_steps=32, obs_shape=(3, 8, 8), epochs=1, minibatches=1,
+                    total_steps=64 * 32 * 2, backend=backend)
+    exe.run()
+    traced = _traced(exe)
+    assert exe.planned_peak() == exe.stats["peak_bytes"]
+    assert abs(exe.stats["peak_bytes"] - traced) <= 0.1 * traced, (exe.stats["peak_bytes"], traced)
+
+
+def test_kernel_transient_bytes_match_what_the_kernel_allocates():
+    """transient_bytes reads a kernel's source; tracemalloc measures the same kernel called once."""
+    prog = tl.Program("t")
+    (t,), (T,) = prog.dims, prog.bounds
+    x = np.linspace(-1, 1, 3 * 512 * 64, dtype="float32").reshape(3, 512, 64)
+    w = np.linspace(-1, 1, 64 * 64, dtype="float32").reshape(64, 64)
+    with prog:
+        xt = tl.tensor(x, (t,), name="x")
+        h = tl.tanh(xt @ w) * 2.0 + xt
+        tl.sink((h @ w).sum(), lambda v, p: None)
+    seen = []
+    orig = interpreter.Render._render
+
+    def spy(self, seg, returned, outs=()):
+        got = orig(self, seg, returned, outs)
+        if type(self) is interpreter.Render:
+            seen.append((self.pdg, tuple(seg), got))
+        return got
+
+    interpreter.Render._render = spy
+    try:
+        prog.compile({"T": 3}, backend="numba")
+    finally:
+        interpreter.Render._render = orig
+    checked = 0
+    for pdg, seg, (src, ext, consts, dims, keys) in seen:
+        est = statement.transient_bytes(pdg, seg, src)
+        if est < 100_000:
+            continue
+        k = cpu.load(src)
+        args = [np.ones(tuple(s) or (1,), d) for _, _, s, d in ext] + list(consts) + [0] * len(dims)
+        args += [np.uint64(1)] * len(keys)
+        tracemalloc.start()
+        try:
+            k(*args)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert abs(est - peak) <= 0.05 * peak, (est, peak)
+        checked += 1
+    assert checked >= 1
