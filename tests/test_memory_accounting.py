@@ -117,3 +117,40 @@ def test_kernel_transient_bytes_match_what_the_kernel_allocates():
         assert abs(est - peak) <= 0.05 * peak, (est, peak)
         checked += 1
     assert checked >= 1
+
+
+def test_a_kernel_computes_an_elementwise_value_where_it_is_read():
+    """``d = 1 - h * h`` is read only by the loop nest after the matmul (with ``h``): it is computed there, as a
+    scalar, not as an array live across the matmul (one batch-sized array less); values unchanged."""
+    prog = tl.Program("t")
+    (t,), (T,) = prog.dims, prog.bounds
+    x = np.linspace(-1, 1, 2 * 256 * 64, dtype="float32").reshape(2, 256, 64)
+    w = np.linspace(-0.1, 0.1, 64 * 64, dtype="float32").reshape(64, 64)
+    got = {}
+    with prog:
+        h = tl.tanh(tl.tensor(x, (t,), name="x") @ w)
+        d = 1.0 - h * h
+        y = (h @ w) * d + h
+        tl.sink(y, lambda v, p: got.__setitem__(p["t"], v.copy()))
+    seen = []
+    orig = interpreter.Render._render
+
+    def spy(self, seg, returned, outs=()):
+        r = orig(self, seg, returned, outs)
+        seen.append((self.pdg, tuple(seg), tuple(returned), tuple(outs), r[0]))
+        return r
+
+    interpreter.Render._render = spy
+    try:
+        exe = prog.compile({"T": 2}, backend="numba")
+    finally:
+        interpreter.Render._render = orig
+    exe.run()
+    for k in range(2):
+        hk = np.tanh(x[k] @ w)
+        assert np.allclose(got[k], (hk @ w) * (1 - hk * hk) + hk, rtol=1e-5, atol=1e-6)
+    pdg, seg, returned, outs, src = max(seen, key=lambda s: len(s[1]))
+    r = statement.Render(pdg, seg, returned, outs)
+    r._later = lambda *a: set()  # every elementwise value in the first loop nest that can compute it
+    eager = r.source()
+    assert statement.transient_bytes(pdg, seg, src) < statement.transient_bytes(pdg, seg, eager)

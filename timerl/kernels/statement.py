@@ -591,8 +591,32 @@ class Render:
                         run.append(n)
                         done.add(n)
                         grown = True
+            late = self._later(run, ew, inseg, shape)
+            if late and len(late) < len(run):
+                run = [n for n in run if n not in late]
+                done -= late
             runs.append(run)
         return runs
+
+    def _later(self, run, ew, inseg, shape) -> set:
+        """Members of ``run`` to compute in a later run instead: read only by elementwise members of
+        the same shape outside this run (and not by the caller), so that they are computed where
+        they are read, as scalars in that loop nest, instead of as arrays live from here to there
+        (a backward pass's ``1 - h * h`` read by the next layer's run: one array of the batch less)."""
+        pdg, late = self.pdg, set()
+        keep = set(self.returned) | set(self.outs)
+        changed = True
+        while changed:
+            changed = False
+            for n in run:
+                if n in late or n in keep:
+                    continue
+                cons = [c for c, _ in pdg.consumers(n) if c in inseg]
+                if cons and all(c in ew and tuple(pdg.rec(c).shape) == shape and (c not in run or c in late)
+                                for c in cons):
+                    late.add(n)
+                    changed = True
+        return late
 
     def source(self):
         pdg, seg = self.pdg, self.seg
