@@ -192,17 +192,21 @@ class Plan:
             # a base whose longer life would cost it its slot or single array (a recurrence whose
             # next value is a view of this one) keeps its own; its views then count their bytes
             for p in sorted(bases):
-                if p not in last or p not in ext:
+                if p not in last or p not in ext or ext[p].is_equal(last[p]):  # (most views die with their base)
+                    continue
+                if not self._degrades(analysis, T, ext, p, live0, kinds0):
                     continue
                 # first without its views of one point (a row read as it is), then without any
-                for drop in (_point_views(pdg, p, self.views), [c for c, _ in pdg.consumers(p) if c in self.views]):
-                    if not self._degrades(analysis, T, last, ext, p, live0, kinds0):
-                        break
-                    for c in drop:
+                points = _point_views(pdg, p, self.views)
+                if points and len(points) < sum(c in self.views for c, _ in pdg.consumers(p)):
+                    for c in points:
                         self.views.pop(c, None)
                     ext[p] = memory.last_reads(prog, pdg, analysis, self.problem, T, self.views, only=[p]).get(p, last[p])
-                if self._degrades(analysis, T, last, ext, p, live0, kinds0):
-                    ext[p] = last[p]
+                    if not self._degrades(analysis, T, ext, p, live0, kinds0):
+                        continue
+                for c, _ in pdg.consumers(p):
+                    self.views.pop(c, None)
+                ext[p] = last[p]
             last.update(ext)
         self.inline = memory.inline_frees(pdg, analysis, self.problem, T, last)
         inl = {n for ns in self.inline.values() for n, _ in ns}
@@ -221,7 +225,7 @@ class Plan:
         for k, v in (("schedule", t1 - t0), ("memory", t2 - t1), ("ast", t3 - t2)):
             times[k] = times.get(k, 0.0) + v
 
-    def _degrades(self, analysis, T, last, ext, p, live0, kinds0) -> bool:
+    def _degrades(self, analysis, T, ext, p, live0, kinds0) -> bool:
         """Whether ``p``'s longer life (``ext``) would cost it its slot, cells or single array."""
         live1 = memory.LivePairs(analysis, self.problem, T, {p: ext[p]}, [])
         if live0.along(p) is not None and live1.along(p) is None:
