@@ -201,14 +201,27 @@ def std3(x, out):
 def maxmin3(x, ismax, out):
     """The maximum (``ismax``) or minimum over r; NaN propagates like numpy."""
     A, R, C = x.shape
-    for a in range(A):
-        for c in range(C):
-            m = x[a, 0, c]
+    if C == 1:
+        for a in range(A):
+            m = x[a, 0, 0]
             for r in range(1, R):
-                v = x[a, r, c]
+                v = x[a, r, 0]
                 if m == m and (v != v or (v > m if ismax else v < m)):
                     m = v
-            out[a, c] = m
+            out[a, 0] = m
+        return
+    for a in range(A):
+        acc = np.zeros(C)
+        for c in range(C):
+            acc[c] = x[a, 0, c]
+        for r in range(1, R):
+            for c in range(C):
+                v = x[a, r, c]
+                m = acc[c]
+                if m == m and (v != v or (v > m if ismax else v < m)):
+                    acc[c] = v
+        for c in range(C):
+            out[a, c] = acc[c]
 
 
 @numba.njit(cache=True, error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
