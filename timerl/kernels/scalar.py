@@ -1,13 +1,20 @@
 """Scalar helpers that statement kernels call (:mod:`timerl.kernels.statement`).
 
-Compiled once per process (and cached on disk) instead of once per kernel module; LLVM
-inlines them into the kernels' loops, which still vectorize.
+Compiled once per process and signature (and cached on disk) instead of once per kernel
+module; LLVM inlines them into the kernels' loops, which still vectorize. Kernels alone call
+them, so they have no CPython wrappers (``no_cpython_wrapper``: less to compile). The BLAS
+calls are intrinsics instead (inlined where called: nothing compiled per signature).
 """
 
 import math
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+from numba.np.arrayobj import make_array
+from numba.np.linalg import check_blas_return, ensure_blas, get_blas_kind, make_constant_slot
 
 from ..ir import rng
 
@@ -18,17 +25,17 @@ LANE = np.uint64(0x100000000)
 
 
 # timerl.ir.rng's splitmix64 finalizer itself, compiled for uint64 scalars
-mix = numba.njit(cache=True)(rng._mix)
+mix = numba.njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)(rng._mix)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def unit(k, e):
     # timerl.ir.rng: _unit(bits(k, .)) at element e (lane folded into e)
     b = mix(mix(k + e * G) ^ D)
     return np.float64(b >> np.uint64(11)) * (1.0 / 9007199254740992.0)
 
 
-@numba.njit(cache=True, fastmath=False, error_model="numpy")
+@numba.njit(cache=True, fastmath=False, error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def tanh32(x):
     # Eigen's rational tanh for float32 (XLA uses the same): |err| < 3e-7, vectorizes
     if x > 7.90531110763549805:
@@ -54,7 +61,7 @@ def tanh32(x):
 
 # array helpers: one loop nest compiled once per dtype and rank, called by every kernel (numba's
 # front end costs about 60 ms per loop nest in a kernel, growing with the kernel's size)
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(cache=True, error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def matmul_small(a, b, out):
     """out[m, n] = a[m, k] @ b[k, n], the output column innermost (contiguous rows of b: SIMD)."""
     out[:, :] = 0
@@ -66,7 +73,7 @@ def matmul_small(a, b, out):
     return out
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def take3(x, idx, out):
     """out[a, q, c] = x[a, idx[q], c] (negative indices from the end); False when one is out of range."""
     n = x.shape[1]
@@ -82,7 +89,7 @@ def take3(x, idx, out):
     return True
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def take_along3(x, idx, out):
     """out[a, q, c] = x[a, idx[a, q, c], c]; False when an index is out of range."""
     n = x.shape[1]
@@ -98,14 +105,14 @@ def take_along3(x, idx, out):
     return True
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def gather(xf, idx, outf):
     """outf[q] = xf[idx[q]] (movement ops: permute, expand, slice, through compile-time indices)."""
     for q in range(idx.shape[0]):
         outf[q] = xf[idx[q]]
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def transpose2(x, out):
     """``out[j, i] = x[i, j]`` in 32 x 32 tiles: a tile's rows and columns stay in cache while it
     moves (a gather by index arrays streams an int64 index per element besides the data)."""
@@ -119,105 +126,141 @@ def transpose2(x, out):
                     out[j, i] = x[i, j]
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def copy1(xf, outf):
+    """outf[:] = xf (a member into the caller's array; numba's slice assignment compiles about a
+    second of error-message formatting)."""
+    for q in range(xf.shape[0]):
+        outf[q] = xf[q]
+
+
+@numba.njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def scatter(xf, idx, outf):
     """outf[idx[q]] = xf[q] (one operand of a concat)."""
     for q in range(idx.shape[0]):
         outf[idx[q]] = xf[q]
 
 
-@numba.njit(cache=True, error_model="numpy")
-def _reduce_row(x, fn, a, out):
-    """reduce3 for one ``a`` with C == 1: a scalar accumulator along r."""
-    R = x.shape[1]
-    if fn <= 1 or fn == 4:
-        s = 0.0
+# reductions of x[a, r, c] over r into out[a, c], float64 accumulators; one helper per kind of
+# reduction (a generic one branching on the op at run time compiled about four times as much per
+# signature). With C == 1 a scalar accumulator along r; with C > 1 the inner loop runs along c
+# (contiguous rows, vectorized), accumulating one row of C at a time.
+@numba.njit(cache=True, error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def sum3(x, div, out):
+    """The sum over r divided by ``div`` (1: sum, R: mean)."""
+    A, R, C = x.shape
+    if C == 1:
+        for a in range(A):
+            s = 0.0
+            for r in range(R):
+                s += x[a, r, 0]
+            out[a, 0] = s / div
+        return
+    for a in range(A):
+        acc = np.zeros(C)
         for r in range(R):
-            s += x[a, r, 0]
-        mu = s / R
-        if fn == 4:
+            for c in range(C):
+                acc[c] += x[a, r, c]
+        for c in range(C):
+            out[a, c] = acc[c] / div
+
+
+@numba.njit(cache=True, error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def std3(x, out):
+    """The standard deviation over r (two passes: the mean, then the squared deviations)."""
+    A, R, C = x.shape
+    if C == 1:
+        for a in range(A):
+            s = 0.0
+            for r in range(R):
+                s += x[a, r, 0]
+            mu = s / R
             s = 0.0
             for r in range(R):
                 d = x[a, r, 0] - mu
                 s += d * d
             out[a, 0] = math.sqrt(s / R)
-        else:
-            out[a, 0] = mu if fn == 1 else s
-    elif fn <= 3:
-        m = x[a, 0, 0]
-        for r in range(1, R):
-            v = x[a, r, 0]
-            if m == m and (v != v or (v > m if fn == 2 else v < m)):
-                m = v
-        out[a, 0] = m
-    else:
-        m = -np.inf
-        for r in range(R):
-            v = x[a, r, 0]
-            if v > m or v != v:
-                m = v
-        if not np.isfinite(m):
-            m = 0.0
-        s = 0.0
-        for r in range(R):
-            s += math.exp(np.float64(x[a, r, 0]) - m)
-        out[a, 0] = math.log(s) + m
-
-
-@numba.njit(cache=True, error_model="numpy")
-def reduce3(x, fn, out):
-    """Reduce x[a, r, c] over r into out[a, c] (float64 accumulators). fn: 0 sum, 1 mean, 2 max,
-    3 min, 4 std, 5 logsumexp; max/min/logsumexp propagate NaN like numpy. With C > 1 the inner
-    loop runs along c (contiguous rows, vectorized), accumulating one row of C at a time."""
-    A, R, C = x.shape
+        return
     for a in range(A):
-        if C == 1:
-            _reduce_row(x, fn, a, out)
-            continue
         acc = np.zeros(C)
-        if fn <= 1 or fn == 4:
-            for r in range(R):
-                for c in range(C):
-                    acc[c] += x[a, r, c]
+        for r in range(R):
             for c in range(C):
-                acc[c] /= R if fn != 0 else 1
-            if fn == 4:
-                sq = np.zeros(C)
-                for r in range(R):
-                    for c in range(C):
-                        d = x[a, r, c] - acc[c]
-                        sq[c] += d * d
-                for c in range(C):
-                    acc[c] = math.sqrt(sq[c] / R)
-        elif fn <= 3:
+                acc[c] += x[a, r, c]
+        for c in range(C):
+            acc[c] /= R
+        sq = np.zeros(C)
+        for r in range(R):
             for c in range(C):
-                acc[c] = x[a, 0, c]
+                d = x[a, r, c] - acc[c]
+                sq[c] += d * d
+        for c in range(C):
+            out[a, c] = math.sqrt(sq[c] / R)
+
+
+@numba.njit(cache=True, error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def maxmin3(x, ismax, out):
+    """The maximum (``ismax``) or minimum over r; NaN propagates like numpy."""
+    A, R, C = x.shape
+    if C == 1:
+        for a in range(A):
+            m = x[a, 0, 0]
             for r in range(1, R):
-                for c in range(C):
-                    v = x[a, r, c]
-                    m = acc[c]
-                    if m == m and (v != v or (v > m if fn == 2 else v < m)):
-                        acc[c] = v
-        else:
-            m = np.full(C, -np.inf)
-            for r in range(R):
-                for c in range(C):
-                    v = x[a, r, c]
-                    if v > m[c] or v != v:
-                        m[c] = v
+                v = x[a, r, 0]
+                if m == m and (v != v or (v > m if ismax else v < m)):
+                    m = v
+            out[a, 0] = m
+        return
+    for a in range(A):
+        acc = np.zeros(C)
+        for c in range(C):
+            acc[c] = x[a, 0, c]
+        for r in range(1, R):
             for c in range(C):
-                if not np.isfinite(m[c]):
-                    m[c] = 0.0
-            for r in range(R):
-                for c in range(C):
-                    acc[c] += math.exp(np.float64(x[a, r, c]) - m[c])
-            for c in range(C):
-                acc[c] = math.log(acc[c]) + m[c]
+                v = x[a, r, c]
+                m = acc[c]
+                if m == m and (v != v or (v > m if ismax else v < m)):
+                    acc[c] = v
         for c in range(C):
             out[a, c] = acc[c]
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def lse3(x, out):
+    """log(sum(exp(x))) over r, shifted by the maximum (0 where that is not finite); NaN propagates."""
+    A, R, C = x.shape
+    if C == 1:
+        for a in range(A):
+            m = -np.inf
+            for r in range(R):
+                v = x[a, r, 0]
+                if v > m or v != v:
+                    m = v
+            if not np.isfinite(m):
+                m = 0.0
+            s = 0.0
+            for r in range(R):
+                s += math.exp(np.float64(x[a, r, 0]) - m)
+            out[a, 0] = math.log(s) + m
+        return
+    for a in range(A):
+        m = np.full(C, -np.inf)
+        for r in range(R):
+            for c in range(C):
+                v = x[a, r, c]
+                if v > m[c] or v != v:
+                    m[c] = v
+        for c in range(C):
+            if not np.isfinite(m[c]):
+                m[c] = 0.0
+        acc = np.zeros(C)
+        for r in range(R):
+            for c in range(C):
+                acc[c] += math.exp(np.float64(x[a, r, c]) - m[c])
+        for c in range(C):
+            out[a, c] = math.log(acc[c]) + m[c]
+
+
+@numba.njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def permutation(k, out):
     """timerl.ir.rng's permutation draw: the stable argsort of one key's bits (numba compiles its
     sort in seconds: here once, not in every kernel)."""
@@ -225,10 +268,83 @@ def permutation(k, out):
     b = np.empty(n, np.uint64)
     for q in range(n):
         b[q] = mix(mix(k + np.uint64(q) * G) ^ D)
-    out[:] = np.argsort(b, kind="mergesort")
+    p = np.argsort(b, kind="mergesort")
+    for q in range(n):  # not out[:] = p: numba's slice assignment compiles its shape-mismatch message
+        out[q] = p[q]
 
 
-@numba.njit(cache=True)
-def dot(a, b):
-    """BLAS through np.dot (numba compiles its wrapper in about a second: here once)."""
-    return np.dot(a, b)
+# BLAS, called as numba's np.dot calls it (same routine, same arguments: the same values), as
+# intrinsics: inlined where called, nothing compiled per signature (numba's np.dot compiles about
+# 0.3 s per combination of operand layouts and read-only flags, one per matmul of a kernel)
+def _ptr(builder, arr):
+    return builder.bitcast(arr.data, ir.IntType(8).as_pointer())
+
+
+def _gemm(ta, tb):
+    @intrinsic
+    def gemm(typingctx, a, b, out):
+        """``out[m, n] = op(a) @ op(b)``, op a transpose for ``ta``/``tb`` (of C-contiguous matrices:
+        numba's np.dot on ``x.T``, an F-ordered view, passes BLAS the same transposition)."""
+        if not all(isinstance(t, types.Array) and t.ndim == 2 and t.layout == "C" for t in (a, b, out)):
+            return None
+        if not a.dtype == b.dtype == out.dtype or a.dtype not in (types.float32, types.float64):
+            return None
+
+        def codegen(context, builder, sig, args):
+            ensure_blas()
+            x, y, c = (make_array(t)(context, builder, v) for t, v in zip(sig.args, args))
+            (_, ka), (_, kb), (m, n) = (cgutils.unpack_tuple(builder, v.shape) for v in (x, y, c))
+            ll_char = ir.IntType(8)
+            intp = context.get_value_type(types.intp)
+            vp = ll_char.as_pointer()
+            fnty = ir.FunctionType(ir.IntType(32), [ll_char, ll_char, ll_char, intp, intp, intp,
+                                                    vp, vp, intp, vp, intp, vp, vp, intp])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, "numba_xxgemm")
+            dt = sig.args[0].dtype
+            alpha = make_constant_slot(context, builder, dt, 1.0)
+            beta = make_constant_slot(context, builder, dt, 0.0)
+            k = cgutils.unpack_tuple(builder, x.shape)[0] if ta else ka
+            # numba's call_xxgemm for a C-ordered result: c.T = op(b).T @ op(a).T in BLAS's column order
+            res = builder.call(fn, (ir.Constant(ll_char, ord(get_blas_kind(dt))),
+                                    ir.Constant(ll_char, ord("t" if tb else "n")),
+                                    ir.Constant(ll_char, ord("t" if ta else "n")), n, m, k,
+                                    builder.bitcast(alpha, vp), _ptr(builder, y), kb, _ptr(builder, x), ka,
+                                    builder.bitcast(beta, vp), _ptr(builder, c), n))
+            check_blas_return(context, builder, res)
+            return context.get_dummy_value()
+
+        return types.void(a, b, out), codegen
+    return gemm
+
+
+gemm_nn, gemm_tn, gemm_nt, gemm_tt = _gemm(False, False), _gemm(True, False), _gemm(False, True), _gemm(True, True)
+
+
+@intrinsic
+def gemv_vm(typingctx, v, a, out):
+    """``out[n] = v[m] @ a[m, n]`` (a C-contiguous), as numba's np.dot(vector, matrix) calls BLAS."""
+    if not (isinstance(v, types.Array) and v.ndim == 1 and isinstance(a, types.Array) and a.ndim == 2
+            and a.layout == "C" and isinstance(out, types.Array) and out.ndim == 1 and v.layout in "CF"
+            and out.layout in "CF" and v.dtype == a.dtype == out.dtype and a.dtype in (types.float32, types.float64)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ensure_blas()
+        x, y, c = (make_array(t)(context, builder, v) for t, v in zip(sig.args, args))
+        rows, cols = cgutils.unpack_tuple(builder, y.shape)
+        ll_char = ir.IntType(8)
+        intp = context.get_value_type(types.intp)
+        vp = ll_char.as_pointer()
+        fnty = ir.FunctionType(ir.IntType(32), [ll_char, ll_char, intp, intp, vp, vp, intp, vp, vp, vp])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "numba_xxgemv")
+        dt = sig.args[1].dtype
+        alpha = make_constant_slot(context, builder, dt, 1.0)
+        beta = make_constant_slot(context, builder, dt, 0.0)
+        # numba's call_xxgemv (dot_3_vm, a C-ordered matrix: no transposition, m = columns, n = rows)
+        res = builder.call(fn, (ir.Constant(ll_char, ord(get_blas_kind(dt))), ir.Constant(ll_char, ord("n")),
+                                cols, rows, builder.bitcast(alpha, vp), _ptr(builder, y), cols,
+                                _ptr(builder, x), builder.bitcast(beta, vp), _ptr(builder, c)))
+        check_blas_return(context, builder, res)
+        return context.get_dummy_value()
+
+    return types.void(v, a, out), codegen

@@ -15,9 +15,19 @@ written into the caller's arrays ``o0, o1, ...`` (the rows of the block stores t
 an elementwise run computes such a member in place), or returned as fresh arrays. Members
 read only inside the segment never leave it: runs of elementwise
 ops of one shape are one loop nest over scalars (NumPy broadcasting: each operand indexed
-by its own shape), each a small function of its own so that LLVM vectorizes it; matmuls call
-BLAS (``np.dot``; tiny ones an inline loop, huge ones numpy's matmul); reductions accumulate
-in float64 (column sums of wide matrices through BLAS).
+by its own shape), each a small function of its own so that LLVM vectorizes it (a run of
+at most ``INLINE_SIZE`` elements stays in the kernel: nothing to vectorize, and a function
+costs numba about 0.15 s to compile); matmuls call BLAS (the gemm numba's ``np.dot`` calls,
+through :mod:`~timerl.kernels.scalar`'s intrinsics; tiny ones an inline loop, huge ones
+numpy's matmul); reductions accumulate in float64 (one helper per kind of reduction; column
+sums of wide matrices through BLAS).
+
+Compile time: numba compiles each function (kernel, run, helper signature, numpy overload) on
+its own, about 0.1-0.3 s each, and optimizes a caller's module again with its callees linked
+in. The kernels avoid what compiles much and gains nothing at run time: numba's ``np.dot``
+(one implementation per combination of operand layouts and read-only flags), slice
+assignments (their error message formatting), CPython wrappers of functions only kernels
+call, and a generic reduction branching on its op.
 
 Transcendentals: numba lowers ``math.tanh`` on float32 to scalar libm (about 20 ns per
 element here, against 0.44 ns for numpy's SIMD loop; pip's llvmlite has no SVML), so float32
@@ -41,13 +51,20 @@ from ..ir.ops import Op, broadcast
 from . import scalar
 
 FLOATS = (np.dtype("float32"), np.dtype("float64"))
-#: at least this many multiply-adds, a matmul calls BLAS (np.dot inside the kernel); fewer, an
+#: at least this many multiply-adds, a matmul calls BLAS (gemm inside the kernel); fewer, an
 #: inline loop. Measured here (one thread, float32, us): 8x64x64 inline 6.7 / BLAS 2.1;
 #: 256x64x64 198 / 27.5; 256x64x2 53.6 / 2.9; 8x4x64 1.2 / 1.5; numpy's own matmul 1.6, 26.4,
 #: 2.4, 0.9: BLAS from numba costs what numpy's does, and wins from about 1k multiply-adds
 BLAS_MACS = 1024
 #: from this many multiply-adds on, numpy's matmul itself (see Render.matmul)
 NUMPY_MACS = 1 << 22
+#: an elementwise run of more elements is a function of its own (vectorized by LLVM); of at most
+#: this many, inline in the kernel (see Render.elementwise_run)
+INLINE_SIZE = 16
+#: an elementwise run's function: called only by its kernel, whose cached code holds the run's code
+#: (so no cache of its own), and never from Python (so no CPython or C wrappers to compile)
+RUN_DECORATOR = ('@numba.njit(fastmath=False, error_model="numpy", boundscheck=False, '
+                 'no_cpython_wrapper=True, no_cfunc_wrapper=True)')
 
 # The scalar templates are the registry's (``OpDef.expr``, checked against numpy there, NaN, inf and
 # signed zeros included); the kernels replace float32 tanh (and sigmoid, which numpy computes through
@@ -61,12 +78,19 @@ PRELUDE = f"""# timerl statement kernel; helpers timerl/kernels/scalar.py {_HELP
 import math
 import numpy as np
 import numba
-from timerl.kernels.scalar import (G, LANE, ONE, dot, gather, matmul_small, mix, permutation,  # noqa: F401
-                                   reduce3, scatter, take3, take_along3, tanh32, transpose2, unit)
+from timerl.kernels.scalar import (G, LANE, ONE, copy1, gather, gemm_nn, gemm_nt, gemm_tn, gemm_tt,  # noqa: F401
+                                   gemv_vm, lse3, matmul_small, maxmin3, mix, permutation, scatter, std3,
+                                   sum3, take3, take_along3, tanh32, transpose2, unit)
 """
 
 
-REDUCE3 = {"sum": 0, "mean": 1, "max": 2, "min": 3, "std": 4, "logsumexp": 5}  # scalar.reduce3's codes
+def _reduce3(fn, x, count, out) -> str:
+    """The call of scalar's helper reducing ``x`` (of shape (pre, count, post)) into ``out``."""
+    return {"sum": f"sum3({x}, 1, {out})", "mean": f"sum3({x}, {count}, {out})", "max": f"maxmin3({x}, True, {out})",
+            "min": f"maxmin3({x}, False, {out})", "std": f"std3({x}, {out})", "logsumexp": f"lse3({x}, {out})"}[fn]
+
+
+REDUCE3 = ("sum", "mean", "max", "min", "std", "logsumexp")  # reduced by scalar's sum3, maxmin3, std3, lse3
 
 
 def st(shape) -> tuple:
@@ -245,6 +269,7 @@ class Render:
         self.lines = []
         self.helpers = []  # module-level functions the kernel calls (its elementwise loop nests)
         self.tmp = 0
+        self.tview = {}  # transposed views (read by matmuls only): name -> the C-ordered matrix viewed
 
     # names -------------------------------------------------------------------------
     def arg(self, p, e):
@@ -296,9 +321,10 @@ class Render:
         # flat when every array operand has the run's shape (or is 0-d)
         opers = [self.arg(p, e) for n in run for p, e in self.pdg.inputs(n) if p not in run]
         flat = all(tuple(s) == target or not len(s) for _, s, _ in opers)
-        # the loop nest is a function of its own, called by the kernel: alone, LLVM vectorizes it
-        # (checking at run time that outputs and operands do not overlap); inline in a kernel of
-        # many arrays it stays scalar (a 256x64 tanh run: 10 us against 230)
+        # the loop nest goes to a function of its own (with the runs next to it: Render.call_runs),
+        # called by the kernel: there LLVM vectorizes it (checking at run time that outputs and
+        # operands do not overlap); inline in a kernel of many arrays it stays scalar (a 256x64
+        # tanh run: 10 us against 230)
         params = list(dict.fromkeys([nm for nm, _, _ in opers] + [f"v{self.local[n]}" for n in run if n in needed]))
         body_start = len(self.lines)
         if flat and len(target) > 1:
@@ -310,7 +336,12 @@ class Render:
             for n in run:
                 if n in needed:
                     self.emit(f"v{self.local[n]}f = v{self.local[n]}.reshape({size})")
-        if flat:
+        # a run of few elements stays in the kernel (a function of its own costs numba about 0.2 s
+        # to compile and gains nothing from SIMD there); one element: no loop, constant indices
+        alone = size > INLINE_SIZE
+        if size == 1:
+            names, depth = ["0"] * len(st(target)), 1
+        elif flat:
             self.emit(f"for j0 in range({size}):")
             names, depth = ["j0"], 2
         else:
@@ -328,7 +359,7 @@ class Render:
                 nm, s, d = self.arg(p, e)
                 dts.append(d)
                 if flat:
-                    ref = f"{nm}[0]" if not len(s) else (f"{views[nm]}[j0]" if len(target) > 1 else f"{nm}[j0]")
+                    ref = f"{nm}[0]" if not len(s) else (f"{views[nm]}[{names[0]}]" if len(target) > 1 else f"{nm}[{names[0]}]")
                 else:
                     ref = f"{nm}[{operand_index(s, target, names)}]"
                 args.append(ref)
@@ -338,14 +369,25 @@ class Render:
             self.emit(f"{t} = {'np.bool_' if dt == np.bool_ else 'np.' + dt.name}({expr})", depth)
             inrun[n] = t
             if n in needed:
-                tgt = (f"v{self.local[n]}f[j0]" if len(target) > 1 else f"v{self.local[n]}[j0]") if flat else \
-                    f"v{self.local[n]}[{', '.join(names) or '0'}]"
+                tgt = (f"v{self.local[n]}f[{names[0]}]" if len(target) > 1 else f"v{self.local[n]}[{names[0]}]") if flat \
+                    else f"v{self.local[n]}[{', '.join(names) or '0'}]"
                 self.emit(f"{tgt} = {t}", depth)
-        name = f"run{len(self.helpers)}"
-        self.helpers += ["", "", '@numba.njit(cache=True, fastmath=False, error_model="numpy", boundscheck=False)',
-                         f"def {name}({', '.join(params)}):"] + self.lines[body_start:]
+        if not alone:
+            return None
+        body = self.lines[body_start:]
         del self.lines[body_start:]
+        return params, body
+
+    def call_runs(self, group):
+        """One function of the loop nests ``group`` (consecutive runs: [(params, body)]), called here."""
+        if not group:
+            return
+        params = list(dict.fromkeys(p for ps, _ in group for p in ps))
+        name = f"run{len(self.helpers)}"
+        self.helpers += ["", "", RUN_DECORATOR, f"def {name}({', '.join(params)}):"] + [
+            ln for _, body in group for ln in body]
         self.emit(f"{name}({', '.join(params)})")
+        group.clear()
 
     def matmul(self, n):
         node = self.pdg.rec(n)
@@ -371,7 +413,13 @@ class Render:
             self.emit(f"{v} = {w}.reshape({st(node.shape)})")
             return
         if m * k * nn >= BLAS_MACS:
-            self.emit(f"{v} = dot({a2}, {b2}).reshape({st(node.shape)})")
+            # BLAS as numba's np.dot calls it; a transposed view passed as its matrix and a flag
+            ga, ta = (self.tview[a], "t") if a in self.tview else (a2, "n")
+            gb, tb = (self.tview[b], "t") if b in self.tview else (b2, "n")
+            w = self.fresh()
+            self.emit(f"{w} = np.empty(({m}, {nn}), np.{dt})")
+            self.emit(f"gemm_{ta}{tb}({ga}, {gb}, {w})")
+            self.emit(f"{v} = {w}.reshape({st(node.shape)})")
             return
         w = self.fresh()
         self.emit(f"{w} = np.empty(({m}, {nn}), np.{dt})")
@@ -390,7 +438,7 @@ class Render:
         acc = self.fresh()
         if fn in REDUCE3:
             if list(axes) != list(range(min(axes), max(axes) + 1)):
-                # reduced axes apart: gather them last (compile-time indices), reduce3 over (kept, reduced)
+                # reduced axes apart: gather them last (compile-time indices), reduced over (kept, reduced)
                 kept = [a for a in range(len(sx)) if a not in axes]
                 src = np.arange(int(np.prod(st(sx))), dtype=np.int64).reshape(tuple(int(s) for s in sx))
                 xt = self.fresh()
@@ -404,12 +452,13 @@ class Render:
             if fn in ("sum", "mean") and pre == 1 and post >= 8 and count * post >= BLAS_MACS:
                 # column sums of a (count, post) matrix: ones @ x through BLAS (a 128000x64 column sum:
                 # 1.3 ms against 45 ms for the row-accumulating loop, whose accumulators stay in memory)
-                self.emit(f"{acc} = dot(np.ones({count}, np.{dt}), {x}.reshape(({count}, {post})))")
+                self.emit(f"{acc} = np.empty({post}, np.{dt})")
+                self.emit(f"gemv_vm(np.ones({count}, np.{dt}), {x}.reshape(({count}, {post})), {acc})")
                 scale = f" * np.{dt}({1.0 / count!r})" if fn == "mean" else ""
                 self.emit(f"{v} = ({acc}{scale}).reshape({st(out)})")
                 return
             self.emit(f"{acc} = np.empty(({pre}, {post}), np.{dt})")
-            self.emit(f"reduce3({x}.reshape(({pre}, {count}, {post})), {REDUCE3[fn]}, {acc})")
+            self.emit(_reduce3(fn, f"{x}.reshape(({pre}, {count}, {post}))", count, acc))
             self.emit(f"{v} = {acc}.reshape({st(out)})")
             return
         # argmax along one axis: the first maximum, the first NaN if any (numpy's rule)
@@ -492,6 +541,7 @@ class Render:
             (p, e) = self.pdg.inputs(n)[0]
             x, _, _ = self.arg(p, e)
             self.emit(f"{v} = {x}.T")
+            self.tview[v] = x
             return
         if node.op is Op.PERMUTE and tuple(node.attrs["axes"]) == (1, 0):  # a matrix transposed, in tiles
             (p, e) = self.pdg.inputs(n)[0]
@@ -630,10 +680,16 @@ class Render:
             for p, _ in pdg.inputs(n):
                 if p in inseg and (runof[p] != runof[n] or p not in ew or n not in ew):
                     needed.add(p)
+        group = []  # consecutive runs' loop nests, one function (a function costs numba about 0.1 s)
         for r in runs:
             if r[0] in ew:
-                self.elementwise_run(r, needed)
+                if int(np.prod(st(pdg.rec(r[0]).shape))) <= INLINE_SIZE:
+                    self.call_runs(group)  # the inline run may read the group's results
+                loop = self.elementwise_run(r, needed)
+                if loop is not None:
+                    group.append(loop)
                 continue
+            self.call_runs(group)
             (n,) = r
             op = pdg.rec(n).op
             if op is Op.MATMUL:
@@ -648,9 +704,11 @@ class Render:
                 self.random(n)
             else:
                 self.movement(n)
+        self.call_runs(group)
         for k, n in enumerate(self.outs):  # outputs computed elsewhere: copied into the caller's array
             if n not in self.inplace:
-                self.emit(f"o{k}[...] = v{self.local[n]}")
+                size = int(np.prod(st(self.pdg.rec(n).shape)))
+                self.emit(f"copy1(v{self.local[n]}.reshape({size}), o{k}.reshape({size}))")
         rets = []
         for n in self.returned:
             # a reshape returns a view of its input, as numpy's reshape does on the other backends:
