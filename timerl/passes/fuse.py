@@ -75,13 +75,15 @@ MOVEMENT = (Op.PERMUTE, Op.RESHAPE)
 def _chunks(pdg, seg) -> list:
     """``seg`` (in a topological order) cut into kernels of at most about ``MAX_MEMBERS`` members,
     then each movement op whose readers in ``seg`` all sit in later kernels moved to the first of
-    those (readers first, so chains of them move together): it stays a view there."""
+    those (readers first, so chains of them move together): it stays a view there; and so each
+    elementwise op whose operands are stored anyway (:func:`_operands_kept`)."""
     chunks = [seg[a:a + MAX_MEMBERS] for a in range(0, len(seg), MAX_MEMBERS)]
     if len(chunks) == 1:
         return chunks
     where = {n: k for k, c in enumerate(chunks) for n in c}
     for n in reversed(seg):
-        if pdg.rec(n).op not in MOVEMENT:
+        op = pdg.rec(n).op
+        if op not in MOVEMENT and not (op in ELEMENTWISE and _operands_kept(pdg, n, where)):
             continue
         readers = [where[c] for c, _ in pdg.consumers(n) if c in where]
         if readers and min(readers) > where[n]:
@@ -90,6 +92,28 @@ def _chunks(pdg, seg) -> list:
             chunks[k].insert(0, n)
             where[n] = k
     return [c for c in chunks if c]
+
+
+ELEMENTWISE = (Op.UNARY, Op.BINARY, Op.WHERE, Op.CAST)
+
+
+def _operands_kept(pdg, n, where, depth=0) -> bool:
+    """Whether moving elementwise ``n`` to a later kernel stores nothing new: each operand is from
+    outside the segment, read by a later kernel anyway (so stored already), or an elementwise
+    operand read by ``n`` alone that moves with it under the same rule. Then ``n`` (a
+    backward pass's ``1 - h * h``) is computed where it is read, as a scalar of that kernel's loop
+    nest, and its array is never stored between the kernels."""
+    for p, _ in pdg.inputs(n):
+        if p not in where:
+            continue
+        if any(q != n and q in where and where[q] > where[p] for q, _ in pdg.consumers(p)):
+            continue
+        # an elementwise operand read by ``n`` alone moves with it (``h * h`` under ``1 - h * h``)
+        if depth < 8 and pdg.rec(p).op in ELEMENTWISE and {q for q, _ in pdg.consumers(p)} == {n} and \
+                _operands_kept(pdg, p, where, depth + 1):
+            continue
+        return False
+    return True
 
 
 def segments_of(pdg, members, domain, renderable) -> list:
