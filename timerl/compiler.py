@@ -29,7 +29,6 @@ from collections.abc import Mapping
 from .config import config
 from .errors import CompileError
 from .ir.analysis import analyze, live_nodes, resolve_bounds
-from .ir.ops import Op, Slice
 from .kernels import statement
 from .passes import PassContext, check_switches, run_passes
 from .passes.fuse import annotate_groups
@@ -150,12 +149,6 @@ def build_executable(prog, pdg, bounds, analysis, times, backend="numba", seed=0
 
 
 
-def _point_views(pdg, p, views):
-    """The views of ``p`` that read one point of it (no slice)."""
-    return [c for c, e in pdg.consumers(p) if c in views and pdg.rec(c).op in (Op.ACCESS, Op.MERGE)
-            and not any(isinstance(x, Slice) for x in e.index)]
-
-
 class Plan:
     """One schedule with its memory plan (frees, donation, storage kinds), lowered to a tree.
 
@@ -181,33 +174,7 @@ class Plan:
         T = time_map(self.isl_schedule, self.problem)
         t1 = time.perf_counter()
         last = memory.last_reads(prog, pdg, analysis, self.problem, T)
-        # a view (memory.views) keeps its operands' buffers alive: their last readers include the
-        # view's; which nodes are views depends on the storage kinds (a ring's rows are copies)
-        live0 = memory.LivePairs(analysis, self.problem, T, last, [])
-        kinds0 = memory.storage_kinds(pdg, analysis, self.problem, live0, storage)
-        self.views = memory.views(pdg, self.problem, kinds0)
-        bases = {p for c in self.views for p, _ in pdg.inputs(c)}
-        if bases:
-            ext = memory.last_reads(prog, pdg, analysis, self.problem, T, self.views, only=sorted(bases))
-            # a base whose longer life would cost it its slot or single array (a recurrence whose
-            # next value is a view of this one) keeps its own; its views then count their bytes
-            for p in sorted(bases):
-                if p not in last or p not in ext or ext[p].is_equal(last[p]):  # (most views die with their base)
-                    continue
-                if not self._degrades(analysis, T, ext, p, live0, kinds0):
-                    continue
-                # first without its views of one point (a row read as it is), then without any
-                points = _point_views(pdg, p, self.views)
-                if points and len(points) < sum(c in self.views for c, _ in pdg.consumers(p)):
-                    for c in points:
-                        self.views.pop(c, None)
-                    ext[p] = memory.last_reads(prog, pdg, analysis, self.problem, T, self.views, only=[p]).get(p, last[p])
-                    if not self._degrades(analysis, T, ext, p, live0, kinds0):
-                        continue
-                for c, _ in pdg.consumers(p):
-                    self.views.pop(c, None)
-                ext[p] = last[p]
-            last.update(ext)
+        self.views, last = memory.view_lifetimes(prog, pdg, analysis, self.problem, T, last, storage)
         self.inline = memory.inline_frees(pdg, analysis, self.problem, T, last)
         inl = {n for ns in self.inline.values() for n, _ in ns}
         frees = memory.free_maps(prog, pdg, analysis, self.problem, T, {p: m for p, m in last.items() if p not in inl})
@@ -224,14 +191,6 @@ class Plan:
         self.variant, self.grouping = variant, grouping
         for k, v in (("schedule", t1 - t0), ("memory", t2 - t1), ("ast", t3 - t2)):
             times[k] = times.get(k, 0.0) + v
-
-    def _degrades(self, analysis, T, ext, p, live0, kinds0) -> bool:
-        """Whether ``p``'s longer life (``ext``) would cost it its slot, cells or single array."""
-        live1 = memory.LivePairs(analysis, self.problem, T, {p: ext[p]}, [])
-        if live0.along(p) is not None and live1.along(p) is None:
-            return True
-        own = {p: kinds0[p]} if p in kinds0 else {}
-        return bool(memory.single_blocks(live0, own) - memory.single_blocks(live1, own))
 
     def with_storage(self, storage):
         """The same schedule with the storage kinds of another mode (memory.STORAGE_MODES)."""

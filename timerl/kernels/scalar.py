@@ -167,31 +167,16 @@ def sum3(x, div, out):
 
 @numba.njit(cache=True, error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def std3(x, out):
-    """The standard deviation over r (two passes: the mean, then the squared deviations)."""
+    """The standard deviation over r (two passes: the mean, by :func:`sum3` in float64, then the
+    squared deviations)."""
     A, R, C = x.shape
-    if C == 1:
-        for a in range(A):
-            s = 0.0
-            for r in range(R):
-                s += x[a, r, 0]
-            mu = s / R
-            s = 0.0
-            for r in range(R):
-                d = x[a, r, 0] - mu
-                s += d * d
-            out[a, 0] = math.sqrt(s / R)
-        return
+    mu = np.empty((A, C))
+    sum3(x, R, mu)
     for a in range(A):
-        acc = np.zeros(C)
-        for r in range(R):
-            for c in range(C):
-                acc[c] += x[a, r, c]
-        for c in range(C):
-            acc[c] /= R
         sq = np.zeros(C)
         for r in range(R):
             for c in range(C):
-                d = x[a, r, c] - acc[c]
+                d = x[a, r, c] - mu[a, c]
                 sq[c] += d * d
         for c in range(C):
             out[a, c] = math.sqrt(sq[c] / R)

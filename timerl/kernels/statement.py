@@ -48,6 +48,7 @@ import numpy as np
 
 from ..ir import registry
 from ..ir.ops import Op, broadcast
+from ..ir.ops import nbytes as ops_nbytes
 from . import scalar
 
 FLOATS = (np.dtype("float32"), np.dtype("float64"))
@@ -770,8 +771,7 @@ def transient_bytes(pdg, seg, src) -> int:
         name, expr = m.groups()
         a, v = _ALLOC.match(expr), _VIEW.match(expr)
         if a is not None:
-            shape = [int(x) for x in a.group(1).replace(" ", "").split(",") if x]
-            nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(a.group(2)).itemsize
+            nbytes = ops_nbytes([int(x) for x in a.group(1).replace(" ", "").split(",") if x], a.group(2))
         elif v is not None:  # a view: of an array allocated here, or of an operand (nothing new)
             b = base.get(v.group(1))
             if b is not None:
@@ -790,10 +790,9 @@ def transient_bytes(pdg, seg, src) -> int:
 
 
 def _member_bytes(pdg, seg, name):
-    """The bytes of member ``seg[j]`` for the kernel variable ``v<j>``; None for other names."""
+    """The bytes of member ``seg[j]`` for the kernel variable ``v<j>`` (kernel members have static
+    shapes); None for other names."""
     if not re.fullmatch(r"v\d+", name) or int(name[1:]) >= len(seg):
         return None
     node = pdg.rec(seg[int(name[1:])])
-    if not all(isinstance(s, int) for s in node.shape):
-        return None
-    return int(np.prod(node.shape, dtype=np.int64)) * np.dtype(node.dtype).itemsize
+    return ops_nbytes(node.shape, node.dtype)

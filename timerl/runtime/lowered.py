@@ -112,16 +112,15 @@ def lower(pdg, groups, tree, donated, inline, kinds, frees, slots=(), segments=N
     stored = low.stored()
     # values that share their operands' buffers (memory.views) and are kept as they are (a block
     # or ring copies its rows): no bytes of their own
-    # a kernel's movement ops copy, but for a reshape of an operand (or of such a reshape): a view
+    # a kernel's members are its own arrays, but for a reshape of an operand (or of such a reshape)
     own = set()
     for s in statements:
         for st in s.steps:
-            ext = set()
+            ext, members = set(), set(st.members)
             for n in st.members:
-                p = pdg.inputs(n)[0][0] if pdg.inputs(n) else None
-                if pdg.rec(n).op is Op.RESHAPE and (p not in st.members or p in ext):
+                if pdg.rec(n).op is Op.RESHAPE and (pdg.inputs(n)[0][0] in ext or pdg.inputs(n)[0][0] not in members):
                     ext.add(n)
-                elif pdg.rec(n).op is not Op.ACCESS:
+                else:
                     own.add(n)
     low.views = {n for n in views if n in stored and n not in kinds and n not in own}
     for n in stored:

@@ -123,6 +123,47 @@ def views(pdg, problem, kinds) -> dict:
     return out
 
 
+def view_lifetimes(prog, pdg, analysis, problem, T, last: dict, storage="default"):
+    """``(views, last)``: the views (:func:`views`, under the storage kinds ``last`` gives) and the
+    last readers with each view's readers counted as its operands' (:func:`last_reads`).
+
+    A base whose longer life would cost it its slot, cells or single array (a recurrence whose
+    next value is a view of this one, Adam's ``p[k + 1]``) gives up first its views of one point
+    (a row read as it is, ``o[i - 1, T]`` read by ``o[i, 0]``), then all of them: it keeps its own
+    life, and those readers count their bytes."""
+    live0 = LivePairs(analysis, problem, T, last, [])
+    kinds0 = storage_kinds(pdg, analysis, problem, live0, storage)
+    vs = views(pdg, problem, kinds0)
+    bases = sorted({p for c in vs for p, _ in pdg.inputs(c)})
+    if not bases:
+        return vs, last
+    ext = last_reads(prog, pdg, analysis, problem, T, vs, only=bases)
+
+    def degrades(p):
+        live1 = LivePairs(analysis, problem, T, {p: ext[p]}, [])
+        if live0.along(p) is not None and live1.along(p) is None:
+            return True
+        own = {p: kinds0[p]} if p in kinds0 else {}
+        return bool(single_blocks(live0, own) - single_blocks(live1, own))
+
+    for p in bases:
+        if p not in last or p not in ext or ext[p].is_equal(last[p]) or not degrades(p):
+            continue
+        mine = [(c, e) for c, e in pdg.consumers(p) if c in vs]
+        points = [c for c, e in mine if pdg.rec(c).op in (Op.ACCESS, Op.MERGE)
+                  and not any(isinstance(x, Slice) for x in e.index)]
+        if points and len(points) < len(mine):
+            for c in points:
+                vs.pop(c, None)
+            ext[p] = last_reads(prog, pdg, analysis, problem, T, vs, only=[p]).get(p, last[p])
+            if not degrades(p):
+                continue
+        for c, _ in mine:
+            vs.pop(c, None)
+        ext[p] = last[p]
+    return vs, {**last, **ext}
+
+
 def inline_frees(pdg, analysis, problem, T, last: dict) -> dict:
     """group id -> nodes freed right after that group's execution at the same point.
 
