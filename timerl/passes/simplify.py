@@ -17,6 +17,11 @@ Not rewritten, because floating point does not allow it exactly: ``exp(log(x))``
 gives NaN, and rounding), ``log(exp(x))`` (overflow), ``x * 0`` (NaN, inf, ``-0.0``),
 ``x - x``.
 
+A ``where`` whose condition is a constant without dims, all true or all false, takes that
+branch: the branch itself when it has the node's shape, else an ``expand`` of it to the node's
+shape (``ones_like(x)``, written ``where(True, 1, x)``, so no longer reads ``x``: a gradient seed
+of ``mean`` depends on nothing computed, and backward statements need not wait for the loss).
+
 Constant folding: a ``foldable`` op whose operands are all constants without dims is evaluated once
 with the reference executor's numpy rule (:func:`timerl.ir.semantics.evaluate`), so its
 value is the reference value bit for bit, and becomes a constant. Folding that would make
@@ -33,7 +38,7 @@ import numpy as np
 import sympy
 
 from ..ir import registry
-from ..ir.ops import Node, Op, frozen
+from ..ir.ops import Edge, Node, Op, frozen
 from ..ir.semantics import evaluate
 from .rewrite import forward, reanalysed
 
@@ -176,6 +181,33 @@ def folded(pdg, n):
     return frozen(v)
 
 
+def chosen_branch(pdg, n):
+    """A ``where`` with a constant all-true or all-false condition without dims: ``(producer, edge)`` of
+    the branch it takes, when that branch has the node's dtype and a shape that broadcasts to it."""
+    node = pdg.rec(n)
+    if node.op is not Op.WHERE or len(node.shapes) != 1:
+        return None
+    ins = sorted(pdg.inputs(n), key=lambda pe: pe[1].pos)
+    c = _const(pdg, *ins[0])
+    if c is None or c.size == 0 or not (np.all(c) or not np.any(c)):
+        return None
+    if c.ndim > len(node.shape) or (c.ndim and not _same_shape(c.shape, node.shape[len(node.shape) - c.ndim:])):
+        return None  # the condition itself broadcasts the result (left to the general rule)
+    p, e = ins[1] if np.all(c) else ins[2]
+    if pdg.rec(p).dtypes[e.out] != node.dtype:
+        return None
+    return p, e
+
+
+def _take_branch(out, n, p, e):
+    """Node ``n`` becomes ``expand(branch, n.shape)``, reading only the branch."""
+    node = out.rec(n)
+    out.remove_edges_from(list(out.out_edges(n, keys=True)))
+    out.nodes[n]["node"] = Node(Op.EXPAND, node.domain, node.shapes, node.dtypes, {"shape": tuple(node.shape)},
+                                node.name, node.index)
+    out.add_dep(n, p, Edge(pos=0, out=e.out, index=e.index))
+
+
 def simplify(prog, pdg, bounds, analysis):
     """Apply the identities and fold constants until nothing changes (see the module docstring)."""
     out, replaced = None, {}
@@ -189,7 +221,8 @@ def simplify(prog, pdg, bounds, analysis):
                 continue
             hit = identity_of(g, n)
             value = None if hit else folded(g, n)
-            if hit is None and value is None:
+            branch = None if hit or value is not None else chosen_branch(g, n)
+            if hit is None and value is None and branch is None:
                 continue
             if out is None:
                 out = g = pdg.copy()
@@ -198,6 +231,8 @@ def simplify(prog, pdg, bounds, analysis):
                 forward(out, n, p, out=k)
                 out.remove_node(n)
                 replaced[n] = p
+            elif branch is not None:
+                _take_branch(out, n, *branch)  # an expand of the same shape is an identity: the next round
             else:
                 node = out.rec(n)
                 out.remove_edges_from(list(out.out_edges(n, keys=True)))
@@ -209,4 +244,4 @@ def simplify(prog, pdg, bounds, analysis):
     return out, reanalysed(prog, out, bounds, analysis, replaced)
 
 
-__all__ = ["folded", "identity_of", "identity_rules", "simplify"]
+__all__ = ["chosen_branch", "folded", "identity_of", "identity_rules", "simplify"]
