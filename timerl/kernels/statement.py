@@ -42,6 +42,7 @@ kernel; :func:`timerl.kernels.cpu.load` caches it on disk keyed by the source.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 
 import numpy as np
@@ -49,7 +50,6 @@ import numpy as np
 from ..ir import registry
 from ..ir.ops import Op, broadcast
 from ..ir.ops import nbytes as ops_nbytes
-from . import scalar
 
 FLOATS = (np.dtype("float32"), np.dtype("float64"))
 #: at least this many multiply-adds, a matmul calls BLAS (gemm inside the kernel); fewer, an
@@ -74,7 +74,8 @@ INT_ARITH = frozenset({"add", "sub", "mul", "minimum", "maximum", "neg", "abs"})
 
 # numba's on-disk cache of a kernel does not notice a change to the helpers it calls (their code is
 # compiled into the kernel's): the helpers' source hash is part of every kernel's source
-_HELPERS = hashlib.sha1(open(scalar.__file__, "rb").read()).hexdigest()[:12]
+# the helpers are hashed, not imported: numba loads only when a kernel is compiled (the numpy backend never)
+_HELPERS = hashlib.sha1(open(os.path.join(os.path.dirname(__file__), "scalar.py"), "rb").read()).hexdigest()[:12]
 PRELUDE = f"""# timerl statement kernel; helpers timerl/kernels/scalar.py {_HELPERS}
 import math
 import numpy as np
