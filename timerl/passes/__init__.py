@@ -13,6 +13,8 @@ Rewrites (the graph changes):
 - ``dce``: drop what no sink or parameter update demands (:mod:`.dce`);
 - ``reuse``: a learner's forward ops over a rollout block read the acting activations (:mod:`.reuse`;
   through a gather of rows, PPO's shuffled minibatch, only with the option ``reuse_rows``);
+- ``incrementalize``: a sum over a whole dim of values that stream along it becomes a running
+  accumulator, and what feeds it stays per step (:mod:`.incrementalize`);
 - ``vectorize``: a dim that needs no order becomes a leading spatial axis (:mod:`.vectorize`).
 
 Annotations (the graph is the same, with a record in ``pdg.graph`` that later stages only read):
@@ -40,12 +42,14 @@ from .cse import cse
 from .dce import dce
 from .fuse import fuse
 from .group import group
+from .incrementalize import incrementalize
 from .reuse import reuse
 from .simplify import simplify
 from .vectorize import vectorize
 from .verify import VerifyError, verify
 
-PIPELINE = [("simplify", simplify), ("cse", cse), ("dce", dce), ("reuse", reuse), ("vectorize", vectorize),
+PIPELINE = [("simplify", simplify), ("cse", cse), ("dce", dce), ("reuse", reuse), ("incrementalize", incrementalize),
+            ("vectorize", vectorize),
             ("group", group), ("fuse", fuse)]
 ANNOTATIONS = (GROUPS, JOINS, SEGMENTS)  # the pdg.graph keys the annotating passes write
 ANNOTATING = ("group", "fuse")

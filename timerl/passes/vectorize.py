@@ -36,6 +36,7 @@ import sympy
 
 from ..ir.analysis import analyze, live_nodes
 from ..ir.ops import Edge, Node, Op, Slice, frozen, is_basis
+from .incrementalize import STREAM
 from .rewrite import forward
 
 I64 = np.dtype("int64")
@@ -151,6 +152,8 @@ class _Vectorizer:
             return False
         if any(pdg.nodes[n].get(f) for f in KEEP_FLAGS) or not self.shape_ok(n):
             return False
+        if pdg.nodes[n].get(STREAM) == self.d.name:
+            return False  # the incrementalize pass keeps it per step (an accumulator adds it in)
         if node.op is Op.DIM_VALUE and node.attrs["dim"] != self.d.name:
             return False
         if not self.full_demand(n):

@@ -28,6 +28,7 @@ import networkx as nx
 from ..errors import CompileError
 from ..ir.ops import Op
 from ..ir.polyhedral import params_decl, stmt, var
+from ..passes.incrementalize import STREAM
 from ..passes.group import GROUPS, JOINS, SEGMENTS, Group, _renamed, _same_point, make_groups
 
 
@@ -268,12 +269,19 @@ def _cmp(flat, ia, ib, op):
     return isl.Set.universe(sp).add_constraint(c)
 
 
-def _schedule_once(prog, problem, variant, whole=True):
+def _schedule_once(prog, problem, variant, whole=True, stream=False):
     """The schedule of this grouping, split at the iteration if it can be, else (``whole``) by isl
-    on the whole problem; None if there is none."""
+    on the whole problem; None if there is none.
+
+    ``stream``: the program learns while it acts (the ``incrementalize`` pass kept statements per
+    step to add into accumulators): isl schedules each connected component as a whole
+    (``schedule_whole_component``) instead of clustering strongly connected parts and merging
+    the clusters. The clustering leaves the acting loop and the per-step learner in two loops
+    (it does not merge a cluster that needs a shift, here the n - 1 steps an n-step return waits);
+    scheduled whole, isl finds the shifted fusion and the learner runs n - 1 steps behind acting."""
     ctx = isl.DEFAULT_CONTEXT
     saved = []
-    for opt, val in _OPTIONS[variant]:
+    for opt, val in _OPTIONS[variant] + ((("schedule_whole_component", 1),) if stream else ()):
         saved.append((opt, getattr(ctx, f"get_{opt}")()))
         getattr(ctx, f"set_{opt}")(val)
     try:
@@ -411,7 +419,8 @@ def compute_schedule(prog, pdg, problem: Problem, variant="default") -> isl.Sche
     When the grouping has none, :func:`refine` looks for finer groups that split only the
     joins that tie instances needing different orders; ``problem`` then holds those groups.
     """
-    sched = _schedule_once(prog, problem, variant)
+    stream = any(pdg.nodes[n].get(STREAM) for g in problem.groups for n in g.members if n in pdg)
+    sched = _schedule_once(prog, problem, variant, stream=stream)
     if sched is None and problem.regroup is not None:
         found = refine(prog, problem, variant)
         if found is not None:
