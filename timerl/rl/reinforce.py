@@ -4,11 +4,22 @@
     exe.run()
     print(exe.history.rows[-1])
 
-Dims: ``i`` (iteration) and ``t`` (step in the rollout). Acting runs over ``(i, t)``; the
-learning phase reads the whole rollout through constant slices (``o[i, 0:T]``), so the
-loss, its gradient and the Adam update run once per iteration. Monte-Carlo returns are a
-backward recurrence over ``t``; ``nstep=n`` swaps in n-step returns, a window ``t:t+n``
-that the scheduler can compute while acting.
+Dims: ``i`` (iteration) and ``t`` (step in the rollout). Acting runs over ``(i, t)``.
+
+Monte-Carlo returns (the default) are a backward recurrence over ``t``: the learner needs the
+whole rollout, so it reads it through constant slices (``o[i, 0:T]``) and the loss, its gradient
+and the Adam update run once per iteration on the block.
+
+``nstep=n`` uses n-step returns, a window ``t:t+n``, and writes the loss per step, reusing the
+acting step's log-probabilities: ``loss[i] = -sum_t(logp[i, t] * G[i, t]) / (N T)``. Each step's
+gradient contribution exists n - 1 steps after it acts, so the ``incrementalize`` pass turns
+the sum over steps into a running accumulator and the scheduler runs the learner n - 1 steps
+behind acting, in the same loop (learning while acting): the program holds a window of n
+observations and activations, and its memory does not grow with ``T``. Normalising the returns
+by the batch's own mean and standard deviation would need the whole batch first; the per-step
+form normalises by the previous iteration's statistics (none in the first), a baseline one
+iteration old. ``per_step=False`` writes the n-step learner on the block instead (batch
+statistics, memory growing with ``T``).
 """
 
 from __future__ import annotations
@@ -32,6 +43,9 @@ class Args(CommonArgs):
     """normalise the returns over the batch (a constant baseline and scale)"""
     ent_coef: float = 0.0
     """entropy bonus coefficient"""
+    per_step: bool = True
+    """with nstep: write the loss per step and learn while acting (memory flat in T; returns normalised
+    by the previous iteration's statistics); False: learn on the rollout block after acting"""
 
 
 def check(args):
@@ -63,22 +77,33 @@ def build(args: Args, callback=None):
         o[i, 0] = o[i - 1, T]
         a = actor.dist(o).sample()
         o[i, t + 1], r, done = env.step(a)
-
-        # -- returns: Monte-Carlo (backward recurrence) or n-step (window) ---------------------------
-        if args.nstep is None:
-            G = tl.rl.discounted_returns(r, done, args.gamma)
-        else:
-            G = tl.rl.nstep_returns(r, done, args.nstep, args.gamma)
-
-        # -- learning: the whole rollout at once --------------------------------------------------------
         Tn = args.num_steps                                       # T, fixed when the program is built
-        G_b = G[i, 0:Tn]                                          # (T, N)
-        if args.norm_returns:
-            G_b = named((G_b - G_b.mean()) / (G_b.std() + 1e-8), "G_norm")
-        pi = actor.dist(o[i, 0:Tn])
-        logp = pi.log_prob(a[i, 0:Tn])                             # (T, N)
-        entropy = named(pi.entropy().mean(), "entropy")
-        loss = named(-(logp * G_b.detach()).mean() - args.ent_coef * entropy, "loss")
+
+        if args.nstep is not None and args.per_step:
+            # -- n-step returns, learning while acting: the loss per step -------------------------------
+            G = tl.rl.nstep_returns(r, done, args.nstep, args.gamma)
+            if args.norm_returns:
+                G = _normalised_by_last_iteration(tl, G, i, Tn)
+            step_pi = actor.dist(o)                               # the acting step's distribution (CSE)
+            logp = named(step_pi.log_prob(a), "logp")              # (N,) per step
+            per_step = lambda x: x[i, 0:Tn].sum(axis=0).mean() / Tn   # noqa: E731  sum over t: a running sum
+            entropy = named(per_step(step_pi.entropy()), "entropy")
+            loss = named(-per_step(logp * G.detach()) - args.ent_coef * entropy, "loss")
+        else:
+            # -- returns: Monte-Carlo (backward recurrence) or n-step (window) ---------------------------
+            if args.nstep is None:
+                G = tl.rl.discounted_returns(r, done, args.gamma)
+            else:
+                G = tl.rl.nstep_returns(r, done, args.nstep, args.gamma)
+
+            # -- learning: the whole rollout at once ----------------------------------------------------
+            G_b = G[i, 0:Tn]                                      # (T, N)
+            if args.norm_returns:
+                G_b = named((G_b - G_b.mean()) / (G_b.std() + 1e-8), "G_norm")
+            pi = actor.dist(o[i, 0:Tn])
+            logp = pi.log_prob(a[i, 0:Tn])                         # (T, N)
+            entropy = named(pi.entropy().mean(), "entropy")
+            loss = named(-(logp * G_b.detach()).mean() - args.ent_coef * entropy, "loss")
         lr = optim.linear_schedule(args.lr, i) if args.anneal_lr else args.lr   # α (1 - i / I)
         opt = optim.Adam(actor.parameters(), lr=lr, eps=1e-5,
                             max_grad_norm=args.max_grad_norm or None)
@@ -87,6 +112,25 @@ def build(args: Args, callback=None):
         history = History(env, args, ["loss", "entropy"], callback)
         tl.sink([loss, entropy], history.sink_fn(), name="log")
     return prog, {I: n_iter, T: args.num_steps}, history
+
+
+def _normalised_by_last_iteration(tl, G, i, Tn):
+    """``(G - mean) / (std + 1e-8)`` with the mean and std of the previous iteration's returns
+    (0 and 1 in the first), from running sums of ``G`` and ``G ** 2`` over the steps, so no block
+    of returns is kept."""
+    from ..api.naming import named
+
+    n = float(Tn * G.shape[0])
+    s1 = G[i, 0:Tn].sum(axis=0).sum()
+    s2 = (G * G)[i, 0:Tn].sum(axis=0).sum()
+    mean = tl.placeholder((), G.dtype, (i,), name="returns_mean")
+    std = tl.placeholder((), G.dtype, (i,), name="returns_std")
+    mean[0] = 0.0
+    mean[i] = s1[i - 1] / n
+    std[0] = 1.0
+    m = s1[i - 1] / n
+    std[i] = tl.sqrt(tl.maximum(s2[i - 1] / n - m * m, 0.0))
+    return named((G - mean) / (std + 1e-8), "G_norm")
 
 
 def reinforce(callback=None, **kwargs):
