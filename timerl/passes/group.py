@@ -207,27 +207,32 @@ def make_groups(pdg, analysis, enabled=True, siblings=True, restrict=None, joins
         for n in src[1:]:
             parent[n] = src[0]
             group_of[src[0]] |= group_of.pop(n)
-        for c in live:
-            if _alone(pdg, c):
+        # a permute or reshape read by one op joins that reader first: where the reader runs in
+        # another statement (a backward pass n steps behind acting), the view is taken there from
+        # the operand stored anyway, instead of being made and stored by the producer's statement
+        # (a transposed copy of each observation, on the numba backend)
+        views_first = [(c, p, e) for p in live if pdg.rec(p).op in (Op.PERMUTE, Op.RESHAPE)
+                       for c, e in [next(iter(pdg.consumers(p)))] if len(pdg.consumers(p)) == 1]
+        pairs = views_first + [(c, p, e) for c in live for p, e in pdg.inputs(c)]
+        for c, p, e in pairs:
+            if c not in parent or _alone(pdg, c) or p not in parent or pdg.rec(p).op is Op.UDF \
+                    or not _same_point(pdg, c, p, e):
                 continue
-            for p, e in pdg.inputs(c):
-                if p not in parent or pdg.rec(p).op is Op.UDF or not _same_point(pdg, c, p, e):
+            dc, dp = analysis.demand[c], analysis.demand[p]
+            if not _renamed(dp, stmt(c)).is_equal(dc):
+                continue
+            a, b = find(c), find(p)
+            if a != b:
+                ta, tb = tag.get(a), tag.get(b)
+                if ta is not None and tb is not None and ta != tb:
                     continue
-                dc, dp = analysis.demand[c], analysis.demand[p]
-                if not _renamed(dp, stmt(c)).is_equal(dc):
+                if creates_cycle(a, b) or not permit(a, b, c, p):
                     continue
-                a, b = find(c), find(p)
-                if a != b:
-                    ta, tb = tag.get(a), tag.get(b)
-                    if ta is not None and tb is not None and ta != tb:
-                        continue
-                    if creates_cycle(a, b) or not permit(a, b, c, p):
-                        continue
-                    lo, hi = min(a, b), max(a, b)
-                    parent[hi] = lo
-                    group_of[lo] |= group_of.pop(hi)
-                    if tag.get(lo) is None and tag.get(hi) is not None:
-                        tag[lo] = tag[hi]
+                lo, hi = min(a, b), max(a, b)
+                parent[hi] = lo
+                group_of[lo] |= group_of.pop(hi)
+                if tag.get(lo) is None and tag.get(hi) is not None:
+                    tag[lo] = tag[hi]
         if siblings:
             _join_siblings(pdg, analysis, live, parent, find, group_of, tag, creates_cycle, permit)
     members = {}
