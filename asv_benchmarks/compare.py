@@ -67,6 +67,7 @@ def configurations(quick=False):
         large = {"num_envs": 8, "num_steps": 25}
         cartpole = {"env": "CartPole-v1", "num_envs": 4, "num_steps": 32, "epochs": 2, "minibatches": 2}
         rt, nstep = (10, 25, 50), 4
+        robs = ((3, 8, 8),)
     else:
         base = {"env": "trivial", "obs_shape": (3, 4, 4), "num_envs": 512, "num_steps": 250, "epochs": 1,
                 "minibatches": 1}
@@ -75,6 +76,7 @@ def configurations(quick=False):
         large = {"num_envs": 64, "num_steps": 500}
         cartpole = {"env": "CartPole-v1", "num_envs": 8, "num_steps": 128, "epochs": 4, "minibatches": 4}
         rt, nstep = (125, 250, 500, 1000), 8
+        robs = ((3, 16, 16), (3, 32, 32), (3, 64, 64))
     out = [_cfg("cartpole_ppo", "", "ppo", **cartpole)]
     out += [_cfg("ppo_num_envs", n, "ppo", **dict(base, num_envs=n)) for n in envs]
     out += [_cfg("ppo_T", T, "ppo", **dict(base, num_steps=T)) for T in steps if T != base["num_steps"]]
@@ -83,6 +85,12 @@ def configurations(quick=False):
     out += [_cfg("reinforce_T", f"mc T={T}", "reinforce", **dict(rb, num_steps=T)) for T in rt]
     out += [_cfg("reinforce_T", f"n={nstep} T={T}", "reinforce", nstep=nstep, **dict(rb, num_steps=T)) for T in rt]
     out += [_cfg("ppo_obs", "x".join(map(str, o)), "ppo", **dict(base, obs_shape=o, **large)) for o in obs]
+    # the memory issue's setting: REINFORCE at large observations, n-step (timerl learns while acting)
+    # and Monte-Carlo (the whole rollout)
+    for kind in ("n", "mc"):
+        more = {"nstep": nstep} if kind == "n" else {}
+        out += [_cfg("reinforce_obs", f"{kind} {'x'.join(map(str, o))}", "reinforce",
+                     **dict(rb, obs_shape=o, **large, **more)) for o in robs]
     return out
 
 
@@ -179,6 +187,7 @@ def summarize(runs_by_key):
             out[key] = {"error": runs[0]["error"] if runs else "not run"}
             continue
         out[key] = {k: _median(ok, k) for k in ("s_per_iter", "env_steps_per_s", "peak_bytes", "peak_rss_mb",
+                                                  "import_rss_mb",
                                                   "compile_s", "first_iter_s", "cpu_s_per_iter",
                                                   "cpu_env_steps_per_s")}
         out[key]["traced_peak_bytes"] = _median(ok + extra, "traced_peak_bytes")
@@ -220,6 +229,8 @@ def _fmt(v, kind):
         return f"{v:,.0f}"
     if kind == "mb":
         return f"{v / 2**20:,.1f}"
+    if kind == "mib":
+        return f"{v:,.0f}"
     if kind == "ratio":
         return f"{v:.3g}x"
     return f"{v:.3g}"
@@ -288,12 +299,17 @@ def table(cfgs, summ, meta):
         row = [_label(cfg)] + [_fmt(c[x], "rate") for x in SYSTEMS]
         row += [_fmt(_ratio(c["timerl"], c[x]), "ratio") for x in ("numpy", "torch")]
         lines.append("| " + " | ".join(row) + " |")
-    lines += ["", "Peak RSS (MiB, whole process incl. imports) and seconds per iteration, medians:", "",
-              "| configuration | timerl RSS | numpy RSS | torch RSS | timerl s/iter | numpy s/iter | torch s/iter |",
-              "|---|---:|---:|---:|---:|---:|---:|"]
+    lines += ["", "Peak RSS (MiB, whole process incl. imports), the same above the RSS after imports (before the "
+              "program or learner is built), and seconds per iteration, medians:", "",
+              "| configuration | timerl RSS | numpy RSS | torch RSS | timerl above import | numpy above import | "
+              "torch above import | torch / timerl above import | timerl s/iter | numpy s/iter | torch s/iter |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for k, cfg in enumerate(cfgs):
         s = {sys_: summ.get((k, sys_), {}) for sys_ in SYSTEMS}
-        row = [_label(cfg)] + [_fmt(s[x].get("peak_rss_mb"), "s") for x in SYSTEMS]
+        row = [_label(cfg)] + [_fmt(s[x].get("peak_rss_mb"), "mib") for x in SYSTEMS]
+        above = {x: (s[x]["peak_rss_mb"] - s[x]["import_rss_mb"]) if s[x].get("import_rss_mb") is not None
+                 and s[x].get("peak_rss_mb") is not None else None for x in SYSTEMS}
+        row += [_fmt(above[x], "mib") for x in SYSTEMS] + [_fmt(_ratio(above["torch"], above["timerl"]), "ratio")]
         row += [_fmt(s[x].get("s_per_iter"), "s") for x in SYSTEMS]
         lines.append("| " + " | ".join(row) + " |")
     slower = []
@@ -377,6 +393,33 @@ def plots(cfgs, summ, out_dir, suffix=""):
         ax.legend(fontsize=8)
         fig.tight_layout()
         path = os.path.join(out_dir, f"reinforce_mc_vs_nstep_memory{suffix}.png")
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    idx = [k for k, c in enumerate(cfgs) if c["group"] == "reinforce_obs"]
+    if idx:  # the memory sweep over observation size: peak bytes and RSS above import, per system
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        for sys_, metric in (("timerl", "traced_peak_bytes"), ("numpy", "peak_bytes"), ("torch", "peak_bytes")):
+            for kind, style in (("n", "-"), ("mc", ":")):
+                ks = [k for k in idx if cfgs[k]["x"].split()[0] == kind]
+                lab = [cfgs[k]["x"].split()[1] for k in ks]
+                label = f"{sys_} {'n-step' if kind == 'n' else 'MC'}"
+                for ax, get in ((axes[0], lambda d: d.get(metric) and d[metric] / 2**20),
+                                (axes[1], lambda d: d.get("import_rss_mb") and d["peak_rss_mb"] - d["import_rss_mb"])):
+                    p = [(x, get(summ.get((k, sys_), {}))) for x, k in zip(lab, ks)]
+                    p = [(x, y) for x, y in p if y]
+                    if p:
+                        ax.plot(*zip(*p), style, marker="o", color=COLORS[sys_], label=label)
+        axes[0].set_ylabel("peak tensor MiB (tracemalloc; torch: storages)")
+        axes[1].set_ylabel("peak RSS above the RSS after imports, MiB")
+        for ax in axes:
+            ax.set_xlabel("observation shape (64 envs x 500 steps)")
+            ax.set_yscale("log")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        fig.suptitle("REINFORCE memory over observation size: n-step learns while acting, MC keeps the rollout")
+        fig.tight_layout()
+        path = os.path.join(out_dir, f"reinforce_obs_memory{suffix}.png")
         fig.savefig(path, dpi=100)
         plt.close(fig)
         written.append(path)

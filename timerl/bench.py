@@ -25,6 +25,9 @@ What each number is:
     the comparison rows (tests/test_memory_accounting.py holds them to 10%).
   * ``peak_rss_mb``: ``getrusage(RUSAGE_SELF).ru_maxrss`` after the run: the whole
     process's peak resident set (imports, compiler and run included), in MiB.
+    ``import_rss_mb``: the same read before the program is built (the interpreter and the imports:
+    ``peak_rss_mb - import_rss_mb`` is what compiling and running added, as the baselines report
+    theirs after importing torch or numpy).
   * ``traced_peak_bytes`` (only with ``traced_memory=True`` / ``--traced-memory``): the
     ``tracemalloc`` peak over a second, untimed ``exe.run()`` of the same executable: numpy
     buffers plus the Python objects allocated meanwhile, the instrument the numpy eager
@@ -81,6 +84,7 @@ def run_bench(algo, iterations=DEFAULT_ITERATIONS, traced_memory=False, **flags)
     num_steps = flags.get("num_steps", defaults.num_steps)
     flags = dict(flags, total_steps=iterations * num_envs * num_steps)
 
+    import_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     stamps = []
     t0 = time.perf_counter()
     exe = build(callback=lambda row: stamps.append((time.perf_counter(), time.process_time())), **flags)
@@ -120,6 +124,7 @@ def run_bench(algo, iterations=DEFAULT_ITERATIONS, traced_memory=False, **flags)
         "env_steps_per_s": num_envs * num_steps / s_per_iter,
         "peak_bytes": stats.get("peak_bytes"),
         "peak_rss_mb": rss_mb,
+        "import_rss_mb": import_rss,
         "traced_peak_bytes": traced,
         "first_iter_s": iter_s[0],
         "iter_s": iter_s,

@@ -261,6 +261,7 @@ def peak_rss_mb():
 
 def bench(make_learner, args: Args, measure_peak=None, system="", algo=""):
     """Time ``args.iterations`` iterations, then (if ``measure_peak``) the memory pass."""
+    import_rss = peak_rss_mb()  # after the imports (torch, numpy), before the learner exists
     learner = make_learner(args)
     times, cpu = [], []
     for _ in range(args.iterations):
@@ -282,6 +283,7 @@ def bench(make_learner, args: Args, measure_peak=None, system="", algo=""):
         "env_steps_per_s": args.batch_size / s_per_iter,
         "peak_bytes": peak,
         "peak_rss_mb": rss,
+        "import_rss_mb": import_rss,
         "first_iter_s": times[0],
         "iter_s": times,
         "cpu_s_per_iter": cpu_s,
