@@ -179,7 +179,7 @@ def spill_to_fit(prog, pdg, bounds, analysis, seed, backend, plan, budget):
     first whose swap lowers the peak (a swap elsewhere cannot lower it). Then, if the peak is
     still over, the same swaps without prefetch when that is lower (a prefetch holds a unit one
     statement longer)."""
-    candidates = set(spill.spillable(pdg, plan.problem, plan.buffers, plan.stored_views))
+    candidates = spill.spillable(pdg, plan.problem, plan.buffers, plan.stored_views)
     swaps = {}  # node -> its Swap (None: it has none), made when first weighed
 
     def swap(n, prefetch=True):

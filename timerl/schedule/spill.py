@@ -6,10 +6,12 @@ frees (:mod:`timerl.schedule.memory`):
 
 - the *span* of a point is its coordinates but one dim: the block's dim for a block store, the
   dim its cells run along, else the innermost (a rollout's points of one iteration). A read is
-  *late* when it comes after the last write of the point's span (the learner after the acting
-  loop), else *early*;
+  *late* when it comes after the last write of the point's span and in a later iteration of the
+  loop that writes the span (the learner after the acting loop; the returns running backward
+  over the rollout), else *early* (the next step reading this one, the environment step
+  reading the action just sampled);
 - ``O<p>[x]`` (swap-out) runs after the write of ``x`` and its early readers, for every point
-  with a late reader (its trailing time dim past that execution's frees);
+  of a unit whose points can all go out before its first late read;
 - ``I<p>[u]`` (swap-in) reads one *unit* back: a whole block for a block store (a slice reader
   needs every row), else one point. It runs before the unit's first late reader, or one
   statement earlier (prefetch) when every swap-out of the unit comes before that statement;
@@ -20,7 +22,8 @@ frees (:mod:`timerl.schedule.memory`):
 
 In the schedule's time vectors an execution ends with ``(rank, 0)`` and its frees take
 ``(rank, 1 + k)`` (:func:`timerl.schedule.model.time_map`); a swap-out takes ``(rank, 1 + F + p)``
-(``F`` free statements) and a swap-in or wait ``(rank, -1 - p)``, before the execution.
+(``F`` free statements, after them) and a swap-in, prefetch or wait ``(rank, -1 - p)``, before
+the execution.
 
 Bytes: a point counts from its write to its swap-out and from its unit's swap-in to its free
 (a block from its swap-in to the free of its last point), as the run counts them
@@ -58,7 +61,6 @@ class Swap:
     outs: tuple  # ((shape, dtype), ...) per output
     keep: tuple  # per output: Python condition over the point's ``d_<dim>`` whether a swap-out writes it
     maps: list = dataclasses.field(default_factory=list)  # [(kind, isl.Map to time)]
-    bytes: int = 0  # bytes of one point (every output)
 
     def kinds(self) -> set:
         return {k for k, _ in self.maps}
@@ -108,25 +110,17 @@ def _later_iteration(W, span, n):
     return isl.UnionMap(f"{{ [{', '.join(a)}] -> [{', '.join(b)}] : {' or '.join(f'({c})' for c in ors)} }}")
 
 
-def spillable(pdg, problem, buffers, views) -> list:
+def spillable(pdg, problem, buffers, views) -> set:
     """Nodes a swap may take out: stored with an owned buffer (not a view), of static shapes, in a
-    block store (not a ring), cells or a table of points, on a domain of one dim or more. Largest
-    points first."""
-    out = []
+    block store (not a ring), cells or a table of points, on a domain of one dim or more."""
+    out = set()
     for n, b in buffers.items():
         node = pdg.rec(n)
         if n in views or n not in problem.of or not node.domain or node.op is Op.SINK:
             continue
-        if b.kind not in ("block", "cells", "points"):
-            continue
-        if not all(isinstance(s, int) for shape in node.shapes for s in shape):
-            continue
-        out.append(n)
-    return sorted(out, key=lambda n: (-_point_bytes(pdg.rec(n)), n))
-
-
-def _point_bytes(node):
-    return sum(int(np.prod(sh, dtype=np.int64)) * np.dtype(dt).itemsize for sh, dt in zip(node.shapes, node.dtypes))
+        if b.kind in ("block", "cells", "points") and all(isinstance(s, int) for sh in node.shapes for s in sh):
+            out.add(n)
+    return out
 
 
 def _reads(pdg, analysis, problem, p, views):
@@ -180,23 +174,25 @@ def plan_swap(pdg, analysis, problem, T, buffer, views, n_frees, bounds, prefetc
     late = total.intersect(last_w.apply_range(lt)).intersect(W.apply_range(_later_iteration(W, span, n)))
     if late.is_empty():
         return None
-    done = W.union(total.subtract(late)).lexmax()  # x -> its write or its last early read
+    # x -> its write or its last early read, for the points read late (the others are freed by then)
+    done = W.union(total.subtract(late)).lexmax().intersect_domain(late.domain())
     if unit == "block":
         first = span.reverse().apply_range(late).lexmin()  # block -> its first late read
         out_last = span.reverse().apply_range(done).lexmax()  # block -> when its last row can go out
     else:
-        first, out_last = late.lexmin(), done.intersect_domain(late.domain())
+        first, out_last = late.lexmin(), done
     # the units each of whose points can go out before their first late read
     ok = out_last.apply_range(lt).intersect(first).domain()
     if ok.is_empty():
         return None
     first, out_last = first.intersect_domain(ok), out_last.intersect_domain(ok)
-    X = span.reverse().intersect_domain(ok).range().intersect(D) if unit == "block" else ok
+    B = span.reverse().intersect_domain(ok).range().intersect(D) if unit == "block" else ok  # their points
+    X = late.domain().intersect(B)  # the points that go out
     for _, sliced, r, through in reads:
         # a view made early but read late would keep a swapped-out buffer alive; a slice of a block
         # is a view of the swapped-in array, so it must come after the swap-in
         if any(not r.intersect_domain(x.intersect(late).domain()).is_subset(late) for x in through) or \
-                (sliced and unit == "block" and not r.intersect_domain(X).is_subset(late)):
+                (sliced and unit == "block" and not r.intersect_domain(B).is_subset(late)):
             return None
     maps = [("swap_out", done.intersect_domain(X).apply_range(_set_last(n, 1 + n_frees + p)))]
     sync = first
@@ -211,7 +207,7 @@ def plan_swap(pdg, analysis, problem, T, buffer, views, n_frees, bounds, prefetc
     dims = tuple(d.name for k, d in enumerate(node.domain) if unit == "point" or k != pos)
     outs = tuple((tuple(sh), str(np.dtype(dt))) for sh, dt in zip(node.shapes, node.dtypes))
     keep = _kept(reads, late, isl.Set.from_union_set(X), len(outs), unit, node.domain, bounds)
-    return Swap(p, node.name, unit, pos, dims, lo, length, outs, keep, maps, _point_bytes(node))
+    return Swap(p, node.name, unit, pos, dims, lo, length, outs, keep, maps)
 
 
 def _write_times(T, D, g, p):
