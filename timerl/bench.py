@@ -23,6 +23,9 @@ What each number is:
     statement kernel's temporaries count while it runs. ``exe.planned_peak()`` is the same
     count made without running; both agree with ``traced_peak_bytes`` within a few percent on
     the comparison rows (tests/test_memory_accounting.py holds them to 10%).
+  * ``spilled_bytes``, ``swapped_bytes``, ``swap_seconds``: ``exe.stats``' swap counters, non-zero
+    when ``--memory-budget`` made the compiler spill to disk (the most bytes on disk at once,
+    bytes written plus read back, time writing and waiting for reads).
   * ``peak_rss_mb``: ``getrusage(RUSAGE_SELF).ru_maxrss`` after the run: the whole
     process's peak resident set (imports, compiler and run included), in MiB.
     ``import_rss_mb``: the same read before the program is built (the interpreter and the imports:
@@ -123,6 +126,9 @@ def run_bench(algo, iterations=DEFAULT_ITERATIONS, traced_memory=False, **flags)
         "s_per_iter": s_per_iter,
         "env_steps_per_s": num_envs * num_steps / s_per_iter,
         "peak_bytes": stats.get("peak_bytes"),
+        "spilled_bytes": stats.get("spilled_bytes"),
+        "swapped_bytes": stats.get("swapped_bytes"),
+        "swap_seconds": stats.get("swap_seconds"),
         "peak_rss_mb": rss_mb,
         "import_rss_mb": import_rss,
         "traced_peak_bytes": traced,

@@ -19,6 +19,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import sys
 import time
 
@@ -59,6 +60,21 @@ def _parse_bool(text):
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
+#: the suffixes --memory-budget takes (powers of 1024)
+BYTE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_bytes(text):
+    """A byte count: an int, or a number with a K, M or G suffix (powers of 1024: ``300M``, ``1.5G``,
+    ``512KiB``)."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMG]?)(?:I?B)?", text.strip().upper())
+    n = int(float(m.group(1)) * BYTE_UNITS[m.group(2)]) if m else 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of bytes, or one with a K, M or G suffix "
+                                         f"(e.g. 300M), got {text!r}")
+    return n
+
+
 def _finite(text):
     try:
         v = float(text)
@@ -82,6 +98,8 @@ def _add_algo_flags(parser, algo):
             kind = _parse_shape
         elif f.name == "nstep":
             kind = int
+        elif f.name == "memory_budget":
+            kind = parse_bytes
         elif kind is None:
             kind = str
         helptext = docs.get(f.name, "") + (f" (default: {default})" if default is not None else "")

@@ -15,9 +15,10 @@ entry). Every stage is timed in ``stats["compile_seconds"]``: ``bounds``, ``anal
 demand and validation), ``pass_<name>`` per pass (``pass_group`` and ``pass_fuse`` too) and
 ``passes`` in all (``verify`` when checking), ``schedule`` (isl statements, dependences,
 ``compute_schedule``), ``memory`` (last readers, frees, donation), ``ast`` (isl AST -> schedule
-tree), ``plan`` (the planned peak, when a budget is given) and ``lower`` (Python source,
-compiled once). The reference backend stops after the analysis: it is the oracle and runs the
-program as written.
+tree), ``plan`` (the planned peaks, when a budget is given), ``spill`` (choosing swaps to disk,
+when the budget needs them, :func:`spill_to_fit`) and ``lower`` (Python source, compiled once).
+The reference backend stops after the analysis: it is the oracle and runs the program as
+written.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from .passes.fuse import annotate_groups
 from .runtime.executable import Executable, Schedule
 from .runtime.interpreter import Lowering
 from .runtime.reference import ReferenceExecutable
-from .schedule import memory
+from .schedule import memory, spill
 from .schedule.model import GROUPS, build_problem, compute_schedule, time_map
 from .schedule.tree import build_tree
 
@@ -108,45 +109,106 @@ def build_executable(prog, pdg, bounds, analysis, times, backend="numba", seed=0
     planned = None
     if memory_budget is not None:
         t0 = time.perf_counter()
-        planned = plan.planned_peak(prog, pdg, bounds, seed, backend)
-        tried = [(planned, plan)]
-        if planned > memory_budget:
-            # the alternatives: storage kinds on each schedule (default, blocks without rings,
-            # point stores only), then the other schedule variants
-            def storages(base):
-                for st in memory.STORAGE_MODES:
-                    if st == base.storage:
-                        continue
-                    alt = base.with_storage(st)
-                    if alt.kinds != base.kinds:
-                        yield alt
-
-            def candidates():
-                yield from storages(plan)
-                for g in ((grouping, False) if grouping else (False,)):
-                    for v in VARIANTS:
-                        if (g, v) == (grouping, "default"):
-                            continue
-                        try:
-                            alt = Plan(prog, pdg, bounds, analysis, g, v, times)
-                        except CompileError:
-                            continue
-                        yield alt
-                        yield from storages(alt)
-
-            for alt in candidates():
-                tried.append((alt.planned_peak(prog, pdg, bounds, seed, backend), alt))
-                if tried[-1][0] <= memory_budget:
-                    break
-            planned, plan = min(tried, key=lambda x: x[0])
-        times["plan"] = time.perf_counter() - t0
+        planned, plan = fit_budget(prog, pdg, bounds, analysis, seed, backend, plan, grouping, memory_budget, times)
+        times["plan"] = time.perf_counter() - t0 - times.get("spill", 0.0)
         if planned > memory_budget:
             raise CompileError(
                 f"memory_budget={memory_budget} bytes cannot be met: the least planned peak of live tensor bytes "
-                f"over the schedules and storage choices tried is {planned} bytes; pass memory_budget>={planned}")
+                f"over the schedules, storage choices and spills to disk tried is {planned} bytes; "
+                f"pass memory_budget>={planned}")
     return Executable(prog, pdg, bounds, seed, analysis, plan, backend, check, times, planned)
 
 
+def fit_budget(prog, pdg, bounds, analysis, seed, backend, plan, grouping, budget, times):
+    """``(planned peak, plan)``: the first plan found under ``budget``, else the least peak tried.
+
+    In order: the default schedule with each storage mode (default, blocks without rings, point
+    stores only), that schedule with spills to disk (:func:`spill_to_fit`), the other schedule
+    variants (and one statement per node) with each storage mode, and spills on the least of those
+    when it is lower. The default schedule with spills comes before the other schedules: it keeps
+    the fused statements that run fastest, and it costs no new isl schedule."""
+    tried = []
+
+    def fits(peak, alt):
+        tried.append((peak, alt))
+        return peak <= budget
+
+    def storages(base):
+        yield base
+        for st in memory.STORAGE_MODES:
+            if st != base.storage:
+                alt = base.with_storage(st)
+                if alt.kinds != base.kinds:
+                    yield alt
+
+    def spilled(base):
+        t0 = time.perf_counter()
+        got = spill_to_fit(prog, pdg, bounds, analysis, seed, backend, base, budget)
+        times["spill"] = times.get("spill", 0.0) + time.perf_counter() - t0
+        return got
+
+    for alt in storages(plan):
+        if fits(alt.planned_peak(prog, pdg, bounds, seed, backend), alt):
+            return tried[-1]
+    first = min(tried, key=lambda x: x[0])
+    if fits(*spilled(first[1])):
+        return tried[-1]
+    others = len(tried)
+    for g in ((grouping, False) if grouping else (False,)):
+        for v in VARIANTS:
+            if (g, v) == (grouping, "default"):
+                continue
+            try:
+                base = Plan(prog, pdg, bounds, analysis, g, v, times)
+            except CompileError:
+                continue
+            for alt in storages(base):
+                if fits(alt.planned_peak(prog, pdg, bounds, seed, backend), alt):
+                    return tried[-1]
+    if len(tried) > others:
+        least = min(tried[others:], key=lambda x: x[0])
+        if least[0] < first[0] and fits(*spilled(least[1])):
+            return tried[-1]
+    return min(tried, key=lambda x: x[0])
+
+
+def spill_to_fit(prog, pdg, bounds, analysis, seed, backend, plan, budget):
+    """``(planned peak, plan)``: ``plan`` with swaps to disk (:mod:`timerl.schedule.spill`) added
+    one at a time until the planned peak is under ``budget`` or no swap lowers it. Each round
+    weighs the nodes that hold bytes when the peak is reached, most bytes first, and takes the
+    first whose swap lowers the peak (a swap elsewhere cannot lower it). Then, if the peak is
+    still over, the same swaps without prefetch when that is lower (a prefetch holds a unit one
+    statement longer)."""
+    candidates = spill.spillable(pdg, plan.problem, plan.buffers, plan.stored_views)
+    swaps = {}  # node -> its Swap (None: it has none), made when first weighed
+
+    def swap(n, prefetch=True):
+        return spill.plan_swap(pdg, analysis, plan.problem, plan.T, plan.buffers[n], plan.views, len(plan.frees),
+                               bounds, prefetch)
+
+    def planned(chosen):
+        alt = plan.with_swaps(chosen, analysis, bounds)
+        return alt.planned_peak(prog, pdg, bounds, seed, backend, holders=True), alt
+
+    (peak, held), best, chosen = plan.planned_peak(prog, pdg, bounds, seed, backend, holders=True), plan, {}
+    while peak > budget:
+        for n in sorted((n for n in held if held[n] > 0 and n in candidates and n not in chosen),
+                        key=lambda n: (-held[n], n)):
+            if n not in swaps:
+                swaps[n] = swap(n)
+            if swaps[n] is None:
+                continue
+            (got, got_held), alt = planned({**chosen, n: swaps[n]})
+            if got < peak:
+                peak, held, best, chosen[n] = got, got_held, alt, swaps[n]
+                break
+        else:
+            break
+    if peak > budget and chosen:
+        (got, _), alt = planned({n: swap(n, prefetch=False) for n in chosen})
+        if got < peak:
+            peak, best = got, alt
+    return peak, best
 
 
 class Plan:
@@ -185,6 +247,7 @@ class Plan:
         self.kinds, self.slots, self.single = memory.storage_plan(pdg, analysis, self.problem, self._live,
                                                                   self.inline, storage)
         t2 = time.perf_counter()
+        self.T, self.free_stmts, self.swaps = T, frees, {}
         self.tree = build_tree(T, frees, analysis.model.ctx, bounds)
         self.schedule = Schedule(self.tree, self.problem.groups, pdg, self.donated, self.inline, kinds=self.kinds)
         t3 = time.perf_counter()
@@ -204,10 +267,25 @@ class Plan:
                                 kinds=alt.kinds)
         return alt
 
+    def with_swaps(self, swaps: dict, analysis, bounds):
+        """The same schedule with the swaps ``swaps`` (node -> :class:`timerl.schedule.spill.Swap`)
+        among its statements."""
+        alt = copy.copy(self)
+        alt.swaps = dict(swaps)
+        maps = [(k, n, m) for n, sw in sorted(swaps.items()) for k, m in sw.maps]
+        alt.tree = build_tree(self.T, self.free_stmts, analysis.model.ctx, bounds, maps)
+        alt.schedule = Schedule(alt.tree, self.problem.groups, self.schedule.pdg, dict(self.donated), self.inline,
+                                kinds=self.kinds, spills=alt.swaps)
+        return alt
+
     def lower(self, prog, pdg, bounds, seed, mode, backend="numpy"):
         low = Lowering(prog, pdg, bounds, seed, self.problem.groups, self.tree, dict(self.donated), mode, backend,
-                       self.inline, self.kinds, self.slots, self.single, self.views)
+                       self.inline, self.kinds, self.slots, self.single, self.views, self.swaps)
         out = low.build(self.frees)
+        # what is stored and how, and which of it are views (the candidates of a swap)
+        self.buffers, self.stored_views = low.lowered.buffers, low.lowered.views
+        if mode == "plan":
+            self._plan_ns = low.ns
         if mode != "plan":  # a planning lowering (planned_peak) generates no kernels: keep the run's
             self.kernels = low.kernels
             self.lowered = low.lowered  # the backend-neutral lowered program the run renders
@@ -216,7 +294,18 @@ class Plan:
             self.schedule.donated = low.donated
         return out
 
-    def planned_peak(self, prog, pdg, bounds, seed, backend="numpy") -> int:
-        _, run, mem, reset, _ = self.lower(prog, pdg, bounds, seed, "plan", backend)
+    def planned_peak(self, prog, pdg, bounds, seed, backend="numpy", holders=False):
+        """The planned peak of live bytes; with ``holders``, ``(peak, {node: bytes held when the peak
+        is first reached})``, from a second planning run."""
+        _, run, mem, reset, stores = self.lower(prog, pdg, bounds, seed, "plan", backend)
         run()
-        return mem()[1]
+        peak = mem()[1]
+        if not holders:
+            return peak
+        ns = self._plan_ns
+        ns["target"][0] = peak
+        for st in stores:
+            st.clear()
+        reset()
+        run()
+        return peak, (ns["at_peak"] or [{}])[0]

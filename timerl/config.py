@@ -5,6 +5,8 @@
                      verify the PDG after every pass
     TIMERL_VERIFY=1  verify the PDG after every pass only (the test suite sets it)
     TIMERL_COMPILE_WORKERS=N  processes compiling new numba kernels (0: one per core)
+    TIMERL_SPILL_DIR=path     where runs that spill under a memory_budget make their
+                              timerl-spill-* directory (default: the system's temporary directory)
 
 Override temporarily with ``with timerl.config.override(check=True): ...``.
 """
@@ -41,6 +43,9 @@ class Config:
     compile_workers: int = dataclasses.field(
         default_factory=lambda: int(os.environ.get("TIMERL_COMPILE_WORKERS", "0") or 0))
     """TIMERL_COMPILE_WORKERS: processes compiling new numba kernels at compile (0: one per core; 1: none)"""
+    spill_dir: str = dataclasses.field(default_factory=lambda: os.environ.get("TIMERL_SPILL_DIR", ""))
+    """TIMERL_SPILL_DIR: the directory in which a run that spills to disk makes its own timerl-spill-*
+    directory, removed when the run ends (empty: the system's temporary directory)"""
 
 
 config = Config()
@@ -53,7 +58,8 @@ def override(**kw):
         with timerl.config.override(check=True):
             exe = prog.compile(bounds={"T": 4})
 
-    An unknown setting is an ``AttributeError``. Settings: ``debug``, ``check``, ``verify``, ``cache_dir``, ``compile_workers``.
+    An unknown setting is an ``AttributeError``. Settings: ``debug``, ``check``, ``verify``, ``cache_dir``,
+    ``compile_workers``, ``spill_dir``.
     """
     old = {k: getattr(config, k) for k in kw}
     for k, v in kw.items():

@@ -129,8 +129,11 @@ class Program:
                 or ``"cuda"``.
             seed: the seed of every random op (a value depends only on the seed, the op's creation
                 index and the point).
-            memory_budget: bytes; the compiler picks schedules and storage to keep the peak of live
-                tensor bytes under it, or raises :class:`tl.CompileError` stating the least it can meet.
+            memory_budget: bytes; the compiler picks schedules and storage, and spills values that
+                wait long for a late reader (a rollout read by the learner) to files and back, to keep
+                the peak of live tensor bytes under it, or raises :class:`tl.CompileError` stating the
+                least it can meet. Spill files go under ``TIMERL_SPILL_DIR`` (default: the system's
+                temporary directory) and are removed when the run ends, raises or is interrupted.
             passes: a dict from pass name to ``False`` to switch an optimization off (ablation):
                 ``"simplify"`` (exact algebraic identities, constant folding), ``"cse"`` (duplicate
                 ops merged), ``"dce"`` (what no sink or update needs), ``"vectorize"`` (a dim that

@@ -50,6 +50,9 @@ class CommonArgs:
     """observation shape of the "trivial" env, e.g. (3, 4, 4)"""
     normalize: bool = False
     """normalise observations and rewards with running statistics (gymnasium envs; for continuous control)"""
+    memory_budget: int = None
+    """cap in bytes on the planned peak of live tensor bytes (the compiler spills rollout data to disk when it must;
+    a budget it cannot meet is refused with the least it can); None: no cap"""
 
 
 def field_docs(cls) -> dict:
@@ -102,6 +105,9 @@ def check_args(args):
 
     need(args.backend in BACKENDS, f"--backend must be one of {', '.join(BACKENDS)}, got {args.backend!r}")
     need(not (args.normalize and args.env == "trivial"), "--normalize applies to gymnasium envs, not the trivial env")
+    need(args.memory_budget is None or (isinstance(args.memory_budget, (int, np.integer))
+                                        and not isinstance(args.memory_budget, bool) and args.memory_budget > 0),
+         f"--memory-budget must be a positive number of bytes, got {args.memory_budget!r}")
     if args.obs_shape is not None:
         need(args.env == "trivial", f"--obs-shape applies only to the trivial env, not {args.env!r}")
         need(all(isinstance(s, (int, np.integer)) and s > 0 for s in args.obs_shape),
@@ -167,6 +173,7 @@ def compile_algorithm(args_cls, check, build, callback, kwargs):
     args = make_args(args_cls, kwargs)
     check(args)
     prog, bounds, history = build(args, callback)
-    exe = prog.compile(bounds=bounds, backend=args.backend, seed=args.seed)
+    budget = None if args.memory_budget is None else int(args.memory_budget)
+    exe = prog.compile(bounds=bounds, backend=args.backend, seed=args.seed, memory_budget=budget)
     exe.history, exe.env, exe.args, exe.program = history, history.env, args, prog
     return exe

@@ -13,17 +13,21 @@ import numpy as np
 import tqdm
 
 from ..schedule.tree import ScheduleTree
+from .spill import SpillSession
 
 
 class Schedule(ScheduleTree):
-    """The schedule tree, headed by one line per tensor read by slices: its storage kind."""
+    """The schedule tree, headed by one line per tensor read by slices (its storage kind) and one
+    per tensor spilled to disk (:class:`timerl.schedule.spill.Swap`)."""
 
-    def __init__(self, *args, kinds=None, **kw):
-        super().__init__(*args, **kw)
-        self.kinds = kinds or {}
+    def __init__(self, *args, kinds=None, spills=None, **kw):
+        spills = spills or {}
+        super().__init__(*args, swaps={n: sw.dims for n, sw in spills.items()}, **kw)
+        self.kinds, self.spills = kinds or {}, spills
 
     def __str__(self):
         head = "".join(st.header() + "\n" for _, st in sorted(self.kinds.items()))
+        head += "".join(sw.header() + "\n" for _, sw in sorted(self.spills.items()))
         return head + super().__str__()
 
     __repr__ = __str__
@@ -37,10 +41,12 @@ class Executable:
             statement executions, frees and swaps (for ``"reference"``, its demand order).
         pdg: the optimized dependence graph (a ``networkx.MultiDiGraph``).
         stats: a dict, filled by ``run()``: ``peak_bytes`` (peak of live bytes by base buffer:
-            views cost nothing, kernels' temporaries count while they run),
-            ``peak_host_bytes``, ``compile_seconds`` (a dict per stage), ``run_seconds``,
-            ``kernels`` (generated kernels), ``swapped_bytes``, ``planned_peak_bytes``,
-            ``statements``, ``donations``.
+            views cost nothing, kernels' temporaries count while they run, a spilled value
+            nothing while it is on disk), ``peak_host_bytes``, ``compile_seconds`` (a dict per
+            stage), ``run_seconds``, ``kernels`` (generated kernels), ``swapped_bytes`` (bytes
+            written to spill files plus bytes read back), ``spilled_bytes`` (the most bytes on
+            disk at once), ``swap_seconds`` (time writing spill files and waiting for reads),
+            ``planned_peak_bytes``, ``statements``, ``donations``.
         backend, bounds, seed, source: how it was compiled (``source``: the lowered Python).
 
         exe = prog.compile(bounds={"T": 4}, backend="numpy")
@@ -56,9 +62,11 @@ class Executable:
             prog, pdg, bounds, seed, "check" if check else "run", backend)
         times["lower"] = time.perf_counter() - t0
         self.schedule = plan.schedule
+        self._spill = next((s for s in self._stores if isinstance(s, SpillSession)), None)
         self.stats = {"peak_bytes": 0, "peak_host_bytes": 0, "compile_seconds": times, "run_seconds": 0.0,
-                      "kernels": len(plan.kernels), "swapped_bytes": 0, "planned_peak_bytes": planned,
-                      "statements": len(plan.problem.groups), "donations": len(plan.donated)}
+                      "kernels": len(plan.kernels), "swapped_bytes": 0, "spilled_bytes": 0, "swap_seconds": 0.0,
+                      "planned_peak_bytes": planned, "statements": len(plan.problem.groups),
+                      "donations": len(plan.donated)}
 
     def planned_peak(self) -> int:
         """The schedule's peak of live tensor bytes, counted without running the ops."""
@@ -74,12 +82,15 @@ class Executable:
         depend only on the seed, op and point). ``progress=True`` shows a tqdm bar on stderr that
         advances once per iteration of the schedule's outermost loop (RL programs: per training
         iteration).
-        Afterwards ``stats`` holds ``peak_bytes`` and ``run_seconds``. An error inside the program
-        (e.g. ``max`` over an empty slice) is a :class:`tl.RuntimeFault` naming the tensor and point.
+        Afterwards ``stats`` holds ``peak_bytes`` and ``run_seconds`` (and the swap counters). An
+        error inside the program (e.g. ``max`` over an empty slice) is a :class:`tl.RuntimeFault`
+        naming the tensor and point. The run's spill files are removed when it ends, however it ends.
         """
         for s in self._stores:
             s.clear()
         self._reset()
+        if self._spill is not None:
+            self._spill.reset()
         t0 = time.perf_counter()
         bar = None
         if progress:
@@ -101,4 +112,8 @@ class Executable:
                 bar.close()
         self.stats["run_seconds"] = time.perf_counter() - t0
         self.stats["peak_bytes"] = self._mem()[1]
+        if self._spill is not None:
+            sp = self._spill
+            self.stats.update(swapped_bytes=sp.out_bytes + sp.in_bytes, spilled_bytes=sp.disk_peak,
+                              swap_seconds=sp.seconds)
         return self

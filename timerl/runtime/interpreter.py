@@ -6,8 +6,10 @@ plain Python loops calling them; so a run costs one call per statement instance 
 ops themselves. Values live in one store per node, as the lowered program's buffers say: a
 *slot* (one closure variable: the memory plan proved that at most one point is live at a
 time, so no key is built or hashed), a block store or circular buffer
-(:mod:`timerl.runtime.stores`) whose slice reads are views of one array, or a table of
-points. ``live``/``peak`` count the bytes of stored values.
+(:mod:`timerl.runtime.stores`) whose slice reads are views of one array, a table of
+points, or for a node the memory plan spills, a :class:`~timerl.runtime.spill.SpillStore`
+that the schedule's swap statements move to disk and back. ``live``/``peak`` count the bytes of
+stored values.
 
 :class:`Render` renders a run. Checking and planning are instrumentations of that rendering
 (subclasses that override the hooks for reads, writes, frees and values):
@@ -34,6 +36,7 @@ from ..schedule.tree import outer_loops, render, ticked, trip_count, walk
 from .checks import checks_finite, finite, nonfinite_fault
 from .lowered import lower
 from .reference import _readonly, call_sink, call_udf
+from .spill import SpillSession, SpillStore
 from .stores import BlockStore
 
 
@@ -127,14 +130,18 @@ class Render:
 
     def __init__(self, prog, pdg, bounds, seed, low, backend):
         self.prog, self.pdg, self.bounds, self.seed, self.low, self.backend = prog, pdg, bounds, seed, low, backend
-        self.slots = sorted(n for n, b in low.buffers.items() if b.kind == "slot")
-        self.cells = {n: b for n, b in low.buffers.items() if b.kind == "cells"}
+        # spilled nodes keep a SpillStore whatever their kind
+        self.spills = {n: b.spill for n, b in low.buffers.items() if b.spill is not None}
+        own = {n: b for n, b in low.buffers.items() if b.spill is None}
+        self.session = SpillSession() if self.spills else None
+        self.slots = sorted(n for n, b in own.items() if b.kind == "slot")
+        self.cells = {n: b for n, b in own.items() if b.kind == "cells"}
         # a block store that never holds two blocks: one array in a variable (None between blocks),
         # rows addressed by the coordinate along the block; the instrumented renderers keep the
         # BlockStore object, which also verifies every read against the points it holds
-        self.run_arrays = {n: b.storage for n, b in low.buffers.items() if b.kind in ("block", "circular") and b.single}
+        self.run_arrays = {n: b.storage for n, b in own.items() if b.kind in ("block", "circular") and b.single}
         self.arrays = self.run_arrays if self.inline_blocks else {}
-        self.blocks = {n: b.storage for n, b in low.buffers.items() if b.kind in ("block", "circular")}
+        self.blocks = {n: b.storage for n, b in own.items() if b.kind in ("block", "circular")}
         self.stored = set(low.buffers)
         self.kernels = {}
         self.ns = {"np": np, "gather": gather, "ring_rows": ring_rows, "gather_keys": gather_keys, "RuntimeFault": RuntimeFault,
@@ -237,7 +244,7 @@ class Render:
         return v + self._sfx(p, out)
 
     def read_slices(self, n, p, e, ent):
-        if p in self.blocks:
+        if p in self.blocks or (p in self.spills and self.spills[p].unit == "block"):
             return f"s{p}.gather({ent}{f', {e.out}' if len(self.pdg.rec(p).shapes) > 1 else ''})"
         pnode = self.pdg.rec(p)
         multi = len(pnode.shapes) > 1
@@ -246,6 +253,8 @@ class Render:
 
     # writes and frees (hooks) -------------------------------------------------------------
     def write(self, n, key, v="o"):
+        if n in self.spills:
+            return [f"live += s{n}.put({key}, {v})"]
         if n in self.arrays:
             names, row = self.avars(n), self.row(n)
             L = self.array_alloc(n)
@@ -272,6 +281,8 @@ class Render:
 
     def drop(self, n, key, var="v"):
         """Release the value of ``n`` at ``key`` (a free, or a donation handing its buffer over)."""
+        if n in self.spills:
+            return [f"live -= s{n}.free({key})"]
         if n in self.arrays:  # the block goes with its last live point
             names = self.avars(n)
             self._assigned.update(names + [f"bn{n}"])
@@ -386,7 +397,11 @@ class Render:
         runs, on top of what is stored (:func:`timerl.kernels.statement.transient_bytes`)."""
         src = self._render(step.members, self.returned(step), self.outs(step))[0]
         x = statement.transient_bytes(self.pdg, step.members, src)
-        return [f"if live + {x} > peak:", f"    peak = live + {x}"] if x else []
+        return self.peak_check(f"live + {x}") if x else []
+
+    def peak_check(self, now="live"):
+        """Lines raising ``peak`` to ``now`` when it is higher."""
+        return [f"if {now} > peak:", f"    peak = {now}"]
 
     def kernel_call(self, step, own, args, info):
         kid = f"K{step.node}"
@@ -446,7 +461,7 @@ class Render:
         body = []
         for step in s.steps:
             body += self.kernel_lines(step, own) if step.kind == "kernel" else self.op_lines(step, own)
-        body += ["if live > peak:", "    peak = live"]
+        body += self.peak_check()
         for n, at in s.tails:  # frees at the tail of their last reader
             if n in self.stored:
                 if at is None:
@@ -470,17 +485,37 @@ class Render:
             return f"def F{n}({args}):\n    pass\n"
         return self._fn(f"F{n}", args, self.free(n, self.key(node.domain)))
 
+    def swap_fns(self, n):
+        """The swap statements of spilled node ``n`` (:mod:`timerl.schedule.spill`): swap-out per
+        point, with the outputs it writes; swap-in, prefetch and wait per unit (a block or a point).
+        A swap-in counts toward the peak from when it is issued."""
+        sw, node = self.spills[n], self.pdg.rec(n)
+        self._assigned = set()
+        point = ", ".join(f"d_{d.name}" for d in node.domain)
+        unit = ", ".join(f"d_{d}" for d in sw.dims)
+        keep = "(" + "".join(f"{k}, " for k in sw.keep) + ")"
+        ukey = "(" + "".join(f"d_{d}, " for d in sw.dims) + ")"
+        peak = self.peak_check()
+        return [self._fn(f"O{n}", point, [f"live -= s{n}.out({self.key(node.domain)}, {keep})"]),
+                self._fn(f"I{n}", unit, [f"live += s{n}.fetch({ukey})"] + peak),
+                self._fn(f"P{n}", unit, [f"live += s{n}.fetch({ukey}, True)"] + peak),
+                self._fn(f"V{n}", unit, [f"s{n}.wait({ukey})"])]
+
+    #: the rendered function each kind of schedule call runs (then its id)
+    CALLS = {"exec": "G", "free": "F", "swap_out": "O", "swap_in": "I", "prefetch": "P", "swap_wait": "V"}
+
     def source(self) -> str:
         if self.backend == "numba":
             cpu.tune_malloc()
             self.prewarm()
         fns = [self.statement_fn(s) for s in self.low.statements]
         fns += [self.free_fn(n) for n in sorted(set(self.low.frees) | self.stored)]
+        fns += [f for n in sorted(self.spills) for f in self.swap_fns(n)]
 
         def call_line(c):
             if c.kind == "tick":  # progress: once per iteration of the outermost loops, when asked for
                 return "if tick is not None: tick()"
-            return f"{'G' if c.kind == 'exec' else 'F'}{c.ident}({', '.join(c.args)})"
+            return f"{self.CALLS[c.kind]}{c.ident}({', '.join(c.args)})"
 
         body = render(ticked(self.low.tree), call_line, 1) or ["    pass"]
         slots, cells = self.slot_vars(), self.cell_lists()  # variables (None when empty), lists of cells
@@ -497,11 +532,15 @@ class Render:
                   f"def drop_slots():\n{nl}" + "".join(f"    {v} = None\n" for v in slots)
                   + "".join(f"    {c} = 0\n" for c in counts)
                   + "".join(f"    {c}[:] = [None] * {k}\n" for c, k in cells) + "    return None\n"
-                  "def held():\n    return " + " + ".join(["0"] + held) + "\n")
+                  "def held():\n    return " + " + ".join(["0"] + held) + "\n" + self.extra_fns())
         head = "def make():\n    live = 0\n    peak = 0\n" + "".join(f"    {v} = None\n" for v in slots) + \
             "".join(f"    {c} = 0\n" for c in counts) + "".join(f"    {c} = [None] * {k}\n" for c, k in cells)
         return head + "".join("    " + ln + "\n" for ln in inner.splitlines()) + \
             "    return run, mem, reset, held, drop_slots\n"
+
+    def extra_fns(self) -> str:
+        """Functions of an instrumented rendering, beside ``run``."""
+        return ""
 
     def slot_vars(self):
         return [f"v{n}" for n in self.slots] + [v for n in sorted(self.arrays) for v in self.avars(n)]
@@ -516,11 +555,16 @@ class Render:
             if n in self.slots or n in self.cells or n in self.arrays:
                 continue
             st = self.blocks.get(n)
+            if n in self.spills:
+                self.ns[f"s{n}"] = SpillStore(self.spills[n], self.session, plan=self.counts_only)
+                continue
             self.ns[f"s{n}"] = {} if st is None else BlockStore(
                 st.pos, st.lo, st.length, st.shape, st.dtype, ring=st.kind == "circular", plan=self.counts_only,
                 outs=st.outs)
+        # the spill session last: its files go once the stores are cleared
         return [self.ns[f"s{n}"] for n in self.pdg.nodes
-                if n not in self.slots and n not in self.cells and n not in self.arrays]
+                if n not in self.slots and n not in self.cells and n not in self.arrays] + \
+            ([self.session] if self.session is not None else [])
 
     def build(self):
         src = self.source()
@@ -762,10 +806,34 @@ class CheckRender(Render):
 
 class PlanRender(Render):
     """Counts bytes only: every value is its byte count (the planned peak; no numpy work, no
-    kernels). It stores exactly what the run stores."""
+    kernels). It stores exactly what the run stores.
+
+    With ``target[0]`` set to a peak, the first time the count reaches it ``at_peak`` gets the
+    bytes each node holds then (the memory plan's swaps are chosen among those)."""
 
     counts_only = True
     inline_blocks = False
+
+    def __init__(self, *a):
+        super().__init__(*a)
+        self.ns.update(target=[None], at_peak=[])
+
+    def peak_check(self, now="live"):
+        return super().peak_check(now) + ["    if target[0] is not None and peak >= target[0] and not at_peak:",
+                                          "        at_peak.append(holding())"]
+
+    def extra_fns(self) -> str:
+        """``holding()``: node -> bytes it holds now (values are byte counts here)."""
+        parts = [f"{n}: (v{n} or 0)" for n in self.slots]
+        parts += [f"{n}: sum(x for x in c{n} if x is not None)" for n in sorted(self.cells)]
+        for n in self.pdg.nodes:
+            if n in self.spills:
+                parts.append(f"{n}: s{n}.held_bytes()")
+            elif n in self.blocks:
+                parts.append(f"{n}: sum(b[3] for b in s{n}.blocks.values())")
+            elif n in self.stored and n not in self.slots and n not in self.cells:
+                parts.append(f"{n}: sum(s{n}.values())")
+        return "def holding():\n    return {" + ", ".join(parts) + "}\n"
 
     def read_point(self, n, p, out, key, parts):
         return "0"
@@ -827,9 +895,9 @@ class Lowering:
     """One plan lowered (:func:`timerl.runtime.lowered.lower`) and rendered for one mode."""
 
     def __init__(self, prog, pdg, bounds, seed, groups, tree, donated, mode="run", backend="numpy", inline=None,
-                 kinds=None, slots=(), single=(), views=()):
+                 kinds=None, slots=(), single=(), views=(), swaps=None):
         self.prog, self.pdg, self.bounds, self.seed = prog, pdg, bounds, seed
-        self.views = set(views)
+        self.views, self.swaps = set(views), swaps or {}
         self.groups, self.tree, self.mode, self.backend = groups, tree, mode, backend
         self.inline, self.kinds = inline or {}, kinds or {}
         self.slots, self.single = slots, set(single)
@@ -847,11 +915,11 @@ class Lowering:
     def build(self, frees):
         low = lower(self.pdg, self.groups, self.tree, self.donated, self.inline, self.kinds, frees, self.slots,
                     self.segments if self.backend == "numba" else None, lambda n: in_place(self.pdg, n), self.single,
-                    self.views)
+                    self.views, self.swaps)
         self.lowered, self.donated = low, low.donated
         r = RENDERERS[self.mode](self.prog, self.pdg, self.bounds, self.seed, low, self.backend)
         out = r.build()
-        self.kernels = r.kernels
+        self.kernels, self.ns = r.kernels, r.ns
         return out
 
     def progress_units(self):

@@ -19,7 +19,10 @@ The compiler's plan (groups, schedule tree, frees, donation, storage kinds) beco
 - ``views``: stored nodes whose values share their operands' buffers (a point or a block's rows
   read as they are, a reshape): byte accounting gives them none of their own, and the memory
   plan keeps the operands alive as long as they are read
-  (:func:`timerl.schedule.memory.views`).
+  (:func:`timerl.schedule.memory.views`);
+- a buffer's ``spill``: the node's points go to disk and back by swap statements of the tree
+  (:mod:`timerl.schedule.spill`); such a buffer is a :class:`timerl.runtime.spill.SpillStore`
+  whatever its kind.
 
 A renderer (:mod:`timerl.runtime.interpreter`) turns it into code; checking and
 planning are instrumentations of that rendering, not a different program.
@@ -41,6 +44,7 @@ class Buffer:
     pos: int = -1  # cells: the domain position of the dim that indexes them
     length: int = 1  # cells: how many
     single: bool = False  # block/circular: never two blocks at once (one array, no table of blocks)
+    spill: object = None  # timerl.schedule.spill.Swap: the node's points go to disk and back
 
 
 @dataclasses.dataclass
@@ -73,7 +77,7 @@ class Lowered:
 
 
 def lower(pdg, groups, tree, donated, inline, kinds, frees, slots=(), segments=None, can_donate=None,
-          single=(), views=()) -> Lowered:
+          single=(), views=(), swaps=None) -> Lowered:
     """The lowered program of one plan.
 
     ``segments(group)`` gives the group's fusion: ``[("seg", members) | ("glue", node)]``
@@ -81,8 +85,10 @@ def lower(pdg, groups, tree, donated, inline, kinds, frees, slots=(), segments=N
     evaluates ``node`` in place (a plain ufunc call) so a donation is kept; ``slots``: the
     memory plan's point stores addressed by an integer (node -> ``(pos, n)``,
     :func:`timerl.schedule.memory.slot_nodes`; a set: one slot each); ``single``: the block
-    stores that never hold two blocks at once (:func:`timerl.schedule.memory.single_blocks`).
+    stores that never hold two blocks at once (:func:`timerl.schedule.memory.single_blocks`);
+    ``swaps``: node -> :class:`timerl.schedule.spill.Swap`.
     """
+    swaps = swaps or {}
     if not isinstance(slots, dict):
         slots = {n: (-1, 1) for n in slots}
     kinds = {n: st for n, st in (kinds or {}).items() if st.kind != "points"}
@@ -126,9 +132,10 @@ def lower(pdg, groups, tree, donated, inline, kinds, frees, slots=(), segments=N
     for n in stored:
         node = pdg.rec(n)
         if n in kinds:
-            low.buffers[n] = Buffer(n, kinds[n].kind, len(node.shapes), kinds[n], single=n in single)
+            low.buffers[n] = Buffer(n, kinds[n].kind, len(node.shapes), kinds[n], single=n in single,
+                                    spill=swaps.get(n))
         else:
             pos, length = slots.get(n, (-1, 0))
             kind = "points" if length == 0 else "slot" if length == 1 else "cells"
-            low.buffers[n] = Buffer(n, kind, len(node.shapes), pos=pos, length=max(length, 1))
+            low.buffers[n] = Buffer(n, kind, len(node.shapes), pos=pos, length=max(length, 1), spill=swaps.get(n))
     return low

@@ -73,7 +73,8 @@ class ReferenceExecutable:
         self.check = check  # non-finite detection (timerl.runtime.checks)
         self.analysis = analysis
         self.stats = {"peak_bytes": 0, "peak_host_bytes": 0, "compile_seconds": dict(compile_seconds),
-                      "run_seconds": 0.0, "kernels": 0, "swapped_bytes": 0}
+                      "run_seconds": 0.0, "kernels": 0, "swapped_bytes": 0,
+                      "spilled_bytes": 0, "swap_seconds": 0.0}
         t0 = time.perf_counter()
         self._prepare()
         self.order, self.reads = self._plan()

@@ -57,7 +57,7 @@ def last_reads(prog, pdg, analysis, problem, T, views=None, only=None) -> dict:
         if pdg.rec(p).op is Op.SINK:
             continue
         rt = None
-        for a in _readers(pdg, analysis, problem, p, views):
+        for a in reader_maps(pdg, analysis, problem, p, views):
             u = isl.UnionMap.from_map(a.intersect_range(analysis.demand[p]).reverse()).apply_range(T)
             rt = u if rt is None else rt.union(u)
         if rt is None or rt.is_empty():
@@ -68,7 +68,7 @@ def last_reads(prog, pdg, analysis, problem, T, views=None, only=None) -> dict:
     return out
 
 
-def _readers(pdg, analysis, problem, p, views, depth=0):
+def reader_maps(pdg, analysis, problem, p, views, depth=0):
     """``{ S<reader's group>[y] -> S<p>[x] }`` maps: what each reader of ``p`` reads, and what the
     readers of each view of ``p`` read of ``p`` through it."""
     maps = []
@@ -78,7 +78,7 @@ def _readers(pdg, analysis, problem, p, views, depth=0):
         maps.append(access_g(analysis, problem.of, c, p, e.pos))
         if views.get(c) and depth < 16:
             through = analysis.model.access(c, p, e.pos).intersect_domain(analysis.demand[c])
-            maps += [a.apply_range(through) for a in _readers(pdg, analysis, problem, c, views, depth + 1)]
+            maps += [a.apply_range(through) for a in reader_maps(pdg, analysis, problem, c, views, depth + 1)]
     return maps
 
 

@@ -39,8 +39,10 @@ class Seq:
 
 @dataclasses.dataclass
 class Call:
-    kind: str  # "exec" | "free" | "tick" (progress, see ticked)
-    ident: int  # group id (exec) or node id (free)
+    # "exec" | "free" | "tick" (progress, see ticked) | swaps (timerl.schedule.spill): "swap_out",
+    # "swap_in", "prefetch" (a swap-in that overlaps the next statement), "swap_wait" (its end)
+    kind: str
+    ident: int  # group id (exec) or node id (the others)
     args: list  # python expressions over loop iterators, one per dim of the statement
 
 
@@ -104,11 +106,26 @@ def _batch_frees(frees: list) -> tuple[list, dict]:
     return maps, batches
 
 
-def build_tree(T: isl.UnionMap, frees: list, ctx: isl.Set, bounds: dict):
-    """isl's AST of the executions ``T`` and the free statements ``frees`` (maps
-    ``F<n>[x] -> time``), lowered to the schedule tree; bounds stay isl parameters fixed
-    by ``ctx`` and become their values in the tree."""
+def _pieces(swaps: list, batches: dict) -> list:
+    """The swap statements' maps (``(kind, node, map)``), one AST statement per piece (as for the
+    frees), each named ``X<k>`` in ``batches``: name -> the ``(kind, node)`` it runs."""
+    maps = []
+    for kind, n, m in swaps:
+        for b in m.make_disjoint().get_basic_maps():  # (isl's pieces may overlap: a swap would run twice)
+            name = f"X{len(batches)}"
+            batches[name] = [(kind, n)]
+            maps.append(isl.Map.from_basic_map(b).set_tuple_name(isl.dim_type.in_, name))
+    return maps
+
+
+def build_tree(T: isl.UnionMap, frees: list, ctx: isl.Set, bounds: dict, swaps=()):
+    """isl's AST of the executions ``T``, the free statements ``frees`` (maps
+    ``F<n>[x] -> time``) and the swaps (``(kind, node, map)``, :mod:`timerl.schedule.spill`),
+    lowered to the schedule tree; bounds stay isl parameters fixed by ``ctx`` and become their
+    values in the tree."""
     maps, batches = _batch_frees(frees)
+    batches = {name: [("free", n) for n in ns] for name, ns in batches.items()}
+    maps += _pieces(list(swaps), batches)
     full = T
     for f in maps:
         full = full.union(isl.UnionMap.from_map(f))
@@ -146,7 +163,8 @@ def from_ast(node, params: dict, batches: dict | None = None):
         name = e.get_op_arg(0).get_id().get_name()
         args = [expr_py(e.get_op_arg(k), params) for k in range(1, e.get_op_n_arg())]
         if batches and name in batches:
-            return Seq([Call("free", n, list(args)) for n in batches[name]])
+            calls = [Call(kind, n, list(args)) for kind, n in batches[name]]
+            return calls[0] if len(calls) == 1 else Seq(calls)
         return Call("exec" if name[0] == "S" else "free", int(name[1:]), args)
     raise NotImplementedError(f"isl AST node {t} is not supported by the schedule lowering")
 
@@ -227,13 +245,23 @@ def render(tree, call_line, indent=0) -> list[str]:
     raise TypeError(tree)
 
 
-class ScheduleTree:
-    """The program's schedule: ``str()`` shows loops, executions and frees."""
+#: how the schedule prints each kind of swap statement
+SWAP_LINES = {"swap_out": "swap out {}  # S{}, to disk", "swap_in": "swap in {}  # S{}, from disk",
+              "prefetch": "prefetch {}  # S{}, from disk while the next statement runs",
+              "swap_wait": "wait for {}  # S{}, prefetched"}
 
-    def __init__(self, tree, groups, pdg, donated=None, inline=None):
+
+class ScheduleTree:
+    """The program's schedule: ``str()`` shows loops, executions, frees and swaps.
+
+    ``swaps``: node -> the names of the dims its swap-ins run over (a block's: all but the
+    block's dim)."""
+
+    def __init__(self, tree, groups, pdg, donated=None, inline=None, swaps=None):
         self.tree, self.pdg, self.inline = tree, pdg, inline or {}
         self.groups = {g.gid: g for g in groups}
         self.donated = donated or {}
+        self.swaps = swaps or {}
 
     def _line(self, call):
         if call.kind == "exec":
@@ -249,6 +277,10 @@ class ScheduleTree:
                     line += f"\nif {cond}: free {self.pdg.rec(n).name}[]  # S{n}, after its last reader"
             return line
         node = self.pdg.rec(call.ident)
+        if call.kind in SWAP_LINES:
+            dims = [d.name for d in node.domain] if call.kind == "swap_out" else self.swaps[call.ident]
+            where = ", ".join(f"{d}={a}" for d, a in zip(dims, call.args))
+            return SWAP_LINES[call.kind].format(f"{node.name}[{where}]", call.ident)
         where = ", ".join(f"{d.name}={a}" for d, a in zip(node.domain, call.args))
         return f"free {node.name}[{where}]  # S{call.ident}"
 

@@ -1,0 +1,205 @@
+"""Spilling under ``memory_budget`` (issue 12, item 4): when no schedule or storage choice fits the
+budget, the memory plan swaps rollout data to files and back (swap-out, swap-in and prefetch
+statements in the schedule); values stay those of the unconstrained run, the planned peak stays
+the measured one, a budget below what spilling reaches is refused with the least that works, and
+the spill files go however the run ends."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+import pytest
+
+import timerl as tl
+from timerl import cli
+from timerl.config import Config
+from timerl.runtime import spill
+
+
+def _rollout(fail_at=None, I=2, T=12, N=4, D=256):
+    """REINFORCE's shape in small: an environment UDF steps observations ``obs[i, t + 1]`` and
+    returns a reward; returns ``G`` run backward over the rollout; the learner reads the whole
+    rollout ``obs[i, 0:T]`` after the acting loop. The UDF's outputs live until the returns read
+    the reward, ``obs`` until the learner: both wait long for late readers. ``fail_at``: the
+    ``(i, t)`` at which the UDF raises it (an exception instance)."""
+    prog = tl.Program("i t")
+    (i, t), (Ib, Tb) = prog.dims, prog.bounds
+    start = np.random.default_rng(0).standard_normal((I, N, D)).astype("float32")
+    out, seen = {}, {"i": 0, "t": 0, "spill": None}
+
+    def step(x):
+        if fail_at is not None and (seen["i"], seen["t"]) == fail_at[0]:
+            seen["spill"] = sorted(os.listdir(tl.config.config.spill_dir))
+            raise fail_at[1]
+        seen["t"] += 1
+        if seen["t"] == T:
+            seen["i"], seen["t"] = seen["i"] + 1, 0
+        return np.tanh(x * 0.9 + 0.1).astype("float32"), x.mean(axis=1).astype("float32")
+
+    with prog:
+        o = tl.placeholder((N, D), "float32", (i, t), name="obs")
+        o[i, 0] = tl.tensor(start, (i,), name="start")
+        nxt, r = tl.udf(step, [o], [(N, D), (N,)], ["float32", "float32"])
+        o[i, t + 1] = nxt
+        g = tl.placeholder((N,), "float32", (i, t), name="G")
+        g[i, Tb - 1] = r
+        g[i, t] = r + 0.9 * g[i, t + 1]
+        loss = (o[i, 0:T].sum(axis=2) * g[i, 0:T]).sum()
+        tl.sink(loss, lambda v, p: out.__setitem__(p["i"], v.copy()), name="loss")
+    return prog, {Ib: I, Tb: T}, out, seen
+
+
+def _least(err) -> int:
+    m = re.search(r"pass memory_budget>=(\d+)", str(err))
+    assert m, str(err)
+    return int(m.group(1))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_a_budget_that_needs_spilling_keeps_the_values_and_the_peak(backend, tmp_path):
+    prog, bounds, out, _ = _rollout()
+    free = prog.compile(bounds, backend=backend)
+    free.run()
+    want, peak = dict(out), free.stats["peak_bytes"]
+    assert free.stats["spilled_bytes"] == 0
+    budget = int(0.6 * peak)
+    exe = prog.compile(bounds, backend=backend, memory_budget=budget)
+    text = str(exe.schedule)
+    assert "spill S" in text and "swap out " in text and ("swap in " in text or "prefetch " in text)
+    out.clear()
+    with tl.config.override(spill_dir=str(tmp_path)):
+        exe.run()
+    assert out.keys() == want.keys() and all(np.array_equal(out[k], want[k]) for k in want)
+    assert exe.stats["peak_bytes"] == exe.planned_peak() <= budget
+    assert exe.stats["spilled_bytes"] > 0 and exe.stats["swapped_bytes"] >= exe.stats["spilled_bytes"]
+    assert exe.stats["swap_seconds"] >= 0
+    assert os.listdir(tmp_path) == []  # the run's spill directory is gone
+
+
+def test_a_budget_below_what_spilling_reaches_is_refused_with_the_least_that_works():
+    prog, bounds, out, _ = _rollout()
+    free = prog.compile(bounds, backend="numpy")
+    free.run()
+    want, peak = dict(out), free.stats["peak_bytes"]
+    with pytest.raises(tl.CompileError, match="cannot be met") as err:
+        prog.compile(bounds, backend="numpy", memory_budget=peak // 4)
+    least = _least(err.value)
+    assert peak // 4 < least < peak
+    exe = prog.compile(bounds, backend="numpy", memory_budget=least)
+    # both kinds of swap: the rollout block (one swap-in per block, read by the learner's slice)
+    # and the UDF's points (one per point, read back by the returns: the reward only)
+    units = sorted(sw.unit for sw in exe.schedule.spills.values())
+    assert units == ["block", "point"]
+    out.clear()
+    exe.run()
+    assert all(np.array_equal(out[k], want[k]) for k in want)
+    assert exe.stats["peak_bytes"] == exe.planned_peak() <= least
+    with pytest.raises(tl.CompileError, match=f"pass memory_budget>={least}"):
+        prog.compile(bounds, backend="numpy", memory_budget=least - 1)
+
+
+def test_a_swap_out_writes_only_the_outputs_read_late():
+    """The returns read the UDF's reward late, never its observation: a swapped-out point writes
+    the reward only (the observation's later readers read the block ``obs``)."""
+    prog, bounds, _, _ = _rollout()
+    exe = prog.compile(bounds, backend="numpy", memory_budget=int(0.6 * prog.compile(bounds, backend="numpy")
+                                                                  .planned_peak()))
+    (udf,) = [sw for sw in exe.schedule.spills.values() if sw.unit == "point"]
+    assert udf.keep == ("False", "True")
+    exe.run()
+    assert 0 < exe.stats["spilled_bytes"] <= 2 * 12 * udf.outs[1][0][0] * 4  # rewards of one rollout, two at most
+
+
+@pytest.mark.parametrize("ahead", [False, True])
+def test_the_checked_run_verifies_every_read_of_a_spilled_value(ahead, monkeypatch):
+    """Every read comes after its swap-in (a prefetch's after its wait), every swap-out after the
+    reads before it. ``ahead``: every prefetch reads on the worker thread (else only large ones)."""
+    if ahead:
+        monkeypatch.setattr(spill, "ASYNC_BYTES", 0)
+    prog, bounds, out, _ = _rollout()
+    free = prog.compile(bounds, backend="numpy")
+    free.run()
+    want = dict(out)
+    least = _least_budget(prog, bounds)
+    with tl.config.override(check=True):
+        exe = prog.compile(bounds, backend="numpy", memory_budget=least)
+    assert "prefetch " in str(exe.schedule)
+    for _ in range(2):  # a second run starts afresh
+        out.clear()
+        exe.run()
+        assert all(np.array_equal(out[k], want[k]) for k in want)
+
+
+def _least_budget(prog, bounds):
+    with pytest.raises(tl.CompileError) as err:
+        prog.compile(bounds, backend="numpy", memory_budget=1)
+    return _least(err.value)
+
+
+def test_a_block_row_no_late_reader_reads_is_freed_not_swapped():
+    """The prefixes ``v[0:t]`` read after the loop that writes ``v`` never read its last row: that
+    row is freed after its early reader, the others go out and come back as one block (found by
+    the fuzzer: the row was swapped out after its free)."""
+    prog = tl.Program("i t")
+    (i, t), (Ib, Tb) = prog.dims, prog.bounds
+    out = {}
+    with prog:
+        u = tl.random.normal((3, 4), domain=(i,))
+        v = tl.tensor(np.arange(5, dtype="float32").reshape(5, 1), domain=(t,), name="v")
+        tl.sink(tl.stack([u, v.expand(3, 4)], axis=1), lambda x, p: out.__setitem__(("a", *p.values()), x.copy()))
+        tl.sink(v[0:t].discounted_sum(0.9, axis=0), lambda x, p: out.__setitem__(("b", *p.values()), x.copy()))
+    bounds = {Ib: 1, Tb: 5}
+    prog.compile(bounds, backend="reference").run()
+    want = dict(out)
+    least = _least_budget(prog, bounds)
+    with tl.config.override(check=True):
+        exe = prog.compile(bounds, backend="numpy", memory_budget=least)
+    assert [sw.name for sw in exe.schedule.spills.values()] == ["v"]
+    out.clear()
+    exe.run()
+    assert out.keys() == want.keys() and all(np.allclose(out[k], want[k]) for k in want)
+
+
+@pytest.mark.parametrize("raised", [RuntimeError("env crashed"), KeyboardInterrupt()])
+def test_spill_files_are_removed_when_the_run_raises(raised, tmp_path):
+    prog, bounds, _, seen = _rollout(fail_at=((1, 3), raised))
+    least = _least_budget(prog, bounds)
+    exe = prog.compile(bounds, backend="numpy", memory_budget=least)
+    # the UDF's error reaches the caller as a RuntimeFault naming it; Ctrl-C as it is
+    with tl.config.override(spill_dir=str(tmp_path)), \
+            pytest.raises(tl.RuntimeFault if isinstance(raised, Exception) else KeyboardInterrupt):
+        exe.run()
+    assert seen["spill"] and seen["spill"][0].startswith("timerl-spill-")  # there were files when it raised
+    assert os.listdir(tmp_path) == []
+
+
+def test_reinforce_under_a_budget_matches_the_unconstrained_run():
+    kw = {"env": "trivial", "num_envs": 4, "num_steps": 16, "obs_shape": (3, 8, 8), "hidden": 8, "layers": 1,
+          "total_steps": 4 * 16 * 2, "backend": "numpy"}
+    free = tl.rl.reinforce(**kw)
+    free.run()
+    budget = int(0.75 * free.stats["peak_bytes"])
+    exe = tl.rl.reinforce(**kw, memory_budget=budget)
+    exe.run()
+    assert exe.schedule.spills and exe.stats["spilled_bytes"] > 0
+    assert [r["loss"] for r in exe.history.rows] == [r["loss"] for r in free.history.rows]
+    assert exe.stats["peak_bytes"] == exe.planned_peak() <= budget
+
+
+def test_memory_budget_flag_takes_bytes_or_a_suffix(capsys):
+    for text, n in [("1000", 1000), ("300M", 300 << 20), ("1.5G", 3 << 29), ("64k", 64 << 10), ("512KiB", 512 << 10)]:
+        assert cli.parse_bytes(text) == n
+    ns = cli.build_parser().parse_args(["train", "reinforce", "--memory-budget", "2M"])
+    assert cli._algo_kwargs(ns, "reinforce")["memory_budget"] == 2 << 20
+    for bad in ("lots", "-5", "0", "3X", "M"):
+        assert cli.main(["train", "reinforce", "--memory-budget", bad]) == 2
+        assert "argument --memory-budget: expected a positive number of bytes" in capsys.readouterr().err
+    with pytest.raises(tl.rl.ArgError, match="--memory-budget must be a positive number of bytes"):
+        tl.rl.reinforce(memory_budget=-1)
+
+
+def test_spill_dir_comes_from_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("TIMERL_SPILL_DIR", str(tmp_path))
+    assert Config().spill_dir == str(tmp_path)
