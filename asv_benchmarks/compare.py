@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import json
+import math
 import os
 import platform
 import statistics
@@ -85,12 +86,17 @@ def configurations(quick=False):
     out += [_cfg("reinforce_T", f"mc T={T}", "reinforce", **dict(rb, num_steps=T)) for T in rt]
     out += [_cfg("reinforce_T", f"n={nstep} T={T}", "reinforce", nstep=nstep, **dict(rb, num_steps=T)) for T in rt]
     out += [_cfg("ppo_obs", "x".join(map(str, o)), "ppo", **dict(base, obs_shape=o, **large)) for o in obs]
-    # the memory issue's setting: REINFORCE at large observations, n-step (timerl learns while acting)
-    # and Monte-Carlo (the whole rollout)
-    for kind in ("n", "mc"):
+    # the memory issue's setting: REINFORCE at large observations, n-step (timerl learns while acting),
+    # Monte-Carlo (the whole rollout), and Monte-Carlo per step under a budget of a quarter of the
+    # observation block (below a quarter of its unconstrained planned peak: timerl spills each step's
+    # observation to disk; the eager baselines run plain Monte-Carlo there)
+    for kind in ("n", "mc", "mc/4"):
         more = {"nstep": nstep} if kind == "n" else {}
-        out += [_cfg("reinforce_obs", f"{kind} {'x'.join(map(str, o))}", "reinforce",
-                     **dict(rb, obs_shape=o, **large, **more)) for o in robs]
+        for o in robs:
+            if kind == "mc/4":
+                more = {"per_step": True, "memory_budget": large["num_envs"] * large["num_steps"] * math.prod(o)}
+            out.append(_cfg("reinforce_obs", f"{kind} {'x'.join(map(str, o))}", "reinforce",
+                            **dict(rb, obs_shape=o, **large, **more)))
     return out
 
 
@@ -252,6 +258,11 @@ def _label(cfg):
         parts.append(f"n-step {f['nstep']}")
     elif cfg["algo"] == "reinforce":
         parts.append("MC")
+    if f.get("per_step") and not f.get("nstep"):
+        parts.append("per-step")
+    if f.get("memory_budget"):
+        b = f["memory_budget"]
+        parts.append(f"budget {b / 2**20:.0f} MiB" if b >= 2**20 else f"budget {b / 2**10:.0f} KiB")
     return " ".join(parts)
 
 
@@ -400,10 +411,12 @@ def plots(cfgs, summ, out_dir, suffix=""):
     if idx:  # the memory sweep over observation size: peak bytes and RSS above import, per system
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
         for sys_, metric in (("timerl", "traced_peak_bytes"), ("numpy", "peak_bytes"), ("torch", "peak_bytes")):
-            for kind, style in (("n", "-"), ("mc", ":")):
+            for kind, style in (("n", "-"), ("mc", ":"), ("mc/4", "-.")):
+                if kind == "mc/4" and sys_ != "timerl":
+                    continue  # the baselines' plain Monte-Carlo again
                 ks = [k for k in idx if cfgs[k]["x"].split()[0] == kind]
                 lab = [cfgs[k]["x"].split()[1] for k in ks]
-                label = f"{sys_} {'n-step' if kind == 'n' else 'MC'}"
+                label = f"{sys_} {({'n': 'n-step', 'mc': 'MC', 'mc/4': 'MC per-step, budget 1/4'})[kind]}"
                 for ax, get in ((axes[0], lambda d: d.get(metric) and d[metric] / 2**20),
                                 (axes[1], lambda d: d.get("import_rss_mb") and d["peak_rss_mb"] - d["import_rss_mb"])):
                     p = [(x, get(summ.get((k, sys_), {}))) for x, k in zip(lab, ks)]

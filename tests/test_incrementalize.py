@@ -93,13 +93,24 @@ def test_a_backward_recurrence_is_left_to_vectorization():
     assert not _accumulators(pdg)
 
 
-@pytest.mark.parametrize("kind", ["window", "mc"])
+def test_incrementalize_all_takes_a_backward_recurrence_too():
+    # asked for (Monte-Carlo REINFORCE per step, to spill each step's inputs): the sum over the
+    # rollout becomes an accumulator, and the steps feeding it stay per step
+    prog, bounds, _ = _program("mc")
+    pdg, _ = optimize(prog, bounds, {"incrementalize_all": True}, check=True)
+    (acc,) = _accumulators(pdg)
+    assert [d.name for d in pdg.rec(acc).domain] == ["i", "t"]
+    assert all("t" in [d.name for d in pdg.rec(n).domain] for n in pdg.nodes if pdg.nodes[n].get(STREAM))
+
+
+@pytest.mark.parametrize("kind", ["window", "mc", "mc_all"])
 @pytest.mark.parametrize("backend", ["reference", "numpy", "numba"])
 def test_accumulated_values_match_numpy_loops(kind, backend):
-    want = _expected(kind)
+    want = _expected(kind.removesuffix("_all"))
     for inc in (True, False):
-        prog, bounds, c = _program(kind)
-        prog.compile(bounds, backend=backend, passes={"incrementalize": inc}).run()
+        prog, bounds, c = _program(kind.removesuffix("_all"))
+        switches = {"incrementalize": inc, "incrementalize_all": kind.endswith("_all")}
+        prog.compile(bounds, backend=backend, passes=switches).run()
         assert sorted(c["g"]) == sorted(want)
         for k in want:
             np.testing.assert_allclose(c["g"][k], want[k], rtol=1e-6)

@@ -6,6 +6,7 @@ the spill files go however the run ends."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 
@@ -176,8 +177,9 @@ def test_spill_files_are_removed_when_the_run_raises(raised, tmp_path):
 
 
 def test_reinforce_under_a_budget_matches_the_unconstrained_run():
-    kw = {"env": "trivial", "num_envs": 4, "num_steps": 16, "obs_shape": (3, 8, 8), "hidden": 8, "layers": 1,
-          "total_steps": 4 * 16 * 2, "backend": "numpy"}
+    # the per-step learner (_MC): the block-written one reads every observation at once at its peak,
+    # and at these sizes nothing else is held then
+    kw = {**_MC, "backend": "numpy"}
     free = tl.rl.reinforce(**kw)
     free.run()
     budget = int(0.75 * free.stats["peak_bytes"])
@@ -186,6 +188,64 @@ def test_reinforce_under_a_budget_matches_the_unconstrained_run():
     assert exe.schedule.spills and exe.stats["spilled_bytes"] > 0
     assert [r["loss"] for r in exe.history.rows] == [r["loss"] for r in free.history.rows]
     assert exe.stats["peak_bytes"] == exe.planned_peak() <= budget
+
+
+_MC = {"env": "trivial", "num_envs": 4, "num_steps": 64, "obs_shape": (3, 8, 8), "hidden": 4, "layers": 1,
+       "total_steps": 4 * 64 * 2, "per_step": True}
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_monte_carlo_reinforce_per_step_runs_in_a_quarter_of_its_unconstrained_peak(backend):
+    """Monte-Carlo returns need the whole rollout, so the observations wait for the learner: with
+    the loss per step the gradient is added one step after another, and each step's observation
+    waits on disk instead (a point store swapped out after acting, back before its learner step)."""
+    free = tl.rl.reinforce(**_MC, backend=backend)
+    free.run()
+    budget = free.planned_peak() // 4
+    exe = tl.rl.reinforce(**_MC, backend=backend, memory_budget=budget)
+    exe.run()
+    assert exe.stats["spilled_bytes"] >= 4 * 64 * 3 * 8 * 8 * 4  # at least every observation of one rollout
+    assert exe.stats["peak_bytes"] == exe.planned_peak() <= budget
+    assert [(r["loss"], r["entropy"]) for r in exe.history.rows] == \
+        [(r["loss"], r["entropy"]) for r in free.history.rows]
+    assert free.stats["peak_bytes"] == free.planned_peak()
+
+
+def test_a_view_shared_by_the_acting_step_and_a_late_learner_step_would_pin_the_observations():
+    """The ``views`` pass gives the learner its own flattened observation: with one shared view
+    (taken by the acting step, read again by the learner a rollout later) the observations cannot go
+    to disk (no swap is planned for them); with a view per reader they can."""
+    from timerl.ir.ops import Op
+    from timerl.schedule.spill import plan_swap
+
+    def shared_views_and_obs_swap(exe):
+        plan, pdg = exe.plan, exe.pdg
+        obs, = [n for n in plan.buffers if pdg.rec(n).name.startswith("reinforce.o ")]
+        shared = [n for n in pdg.nodes if pdg.rec(n).op in (Op.RESHAPE, Op.PERMUTE)
+                  and len({c for c, _ in pdg.consumers(n)}) > 1]
+        return shared, plan_swap(pdg, exe.analysis, plan.problem, plan.T, plan.buffers[obs], plan.views,
+                                 len(plan.frees), exe.bounds)
+
+    on = tl.rl.reinforce(**_MC, backend="numpy")
+    off = on.program.compile(bounds=on.bounds, backend="numpy", passes={"incrementalize_all": True, "views": False})
+    shared, swap = shared_views_and_obs_swap(on)
+    assert shared == [] and swap is not None and swap.unit == "point"
+    shared, swap = shared_views_and_obs_swap(off)
+    assert shared and swap is None
+
+
+def test_a_refused_block_written_monte_carlo_reinforce_points_at_the_per_step_learner(monkeypatch):
+    mod = importlib.import_module("timerl.rl.reinforce")
+
+    def refuse(*a, **k):
+        raise tl.CompileError("memory_budget=1000 bytes cannot be met: ...; pass memory_budget>=5000")
+
+    monkeypatch.setattr(mod, "compile_algorithm", refuse)
+    for kw, hint in [({}, True), ({"per_step": False}, True), ({"per_step": True}, False), ({"nstep": 4}, False)]:
+        with pytest.raises(tl.CompileError) as err:
+            tl.rl.reinforce(**kw, memory_budget=1000)
+        assert _least(err.value) == 5000
+        assert ("per_step=True (--per-step True)" in str(err.value)) == hint, kw
 
 
 def test_memory_budget_flag_takes_bytes_or_a_suffix(capsys):

@@ -100,6 +100,8 @@ def _add_algo_flags(parser, algo):
             kind = int
         elif f.name == "memory_budget":
             kind = parse_bytes
+        elif f.type in (bool, "bool"):   # a switch whose default (None) depends on other flags
+            kind = _parse_bool
         elif kind is None:
             kind = str
         helptext = docs.get(f.name, "") + (f" (default: {default})" if default is not None else "")

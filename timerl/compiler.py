@@ -119,12 +119,17 @@ def build_executable(prog, pdg, bounds, analysis, times, backend="numba", seed=0
     return Executable(prog, pdg, bounds, seed, analysis, plan, backend, check, times, planned)
 
 
+#: the most live nodes for which the memory-budget search also tries one statement per node: isl's
+#: scheduler on hundreds of statements (a per-step learner's backward pass) runs for many minutes
+UNGROUPED_MAX = 200
+
+
 def fit_budget(prog, pdg, bounds, analysis, seed, backend, plan, grouping, budget, times):
     """``(planned peak, plan)``: the first plan found under ``budget``, else the least peak tried.
 
     In order: the default schedule with each storage mode (default, blocks without rings, point
     stores only), that schedule with spills to disk (:func:`spill_to_fit`), the other schedule
-    variants (and one statement per node) with each storage mode, and spills on the least of those
+    variants (and one statement per node, for up to :data:`UNGROUPED_MAX` nodes) with each storage mode, and spills on the least of those
     when it is lower. The default schedule with spills comes before the other schedules: it keeps
     the fused statements that run fastest, and it costs no new isl schedule."""
     tried = []
@@ -154,7 +159,8 @@ def fit_budget(prog, pdg, bounds, analysis, seed, backend, plan, grouping, budge
     if fits(*spilled(first[1])):
         return tried[-1]
     others = len(tried)
-    for g in ((grouping, False) if grouping else (False,)):
+    ungrouped = len(analysis.live) <= UNGROUPED_MAX or not grouping
+    for g in ((grouping, False) if grouping and ungrouped else (grouping,) if grouping else (False,)):
         for v in VARIANTS:
             if (g, v) == (grouping, "default"):
                 continue

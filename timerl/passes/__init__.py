@@ -15,7 +15,10 @@ Rewrites (the graph changes):
   through a gather of rows, PPO's shuffled minibatch, only with the option ``reuse_rows``);
 - ``incrementalize``: a sum over a whole dim of values that stream along it becomes a running
   accumulator, and what feeds it stays per step (:mod:`.incrementalize`);
-- ``vectorize``: a dim that needs no order becomes a leading spatial axis (:mod:`.vectorize`).
+- ``vectorize``: a dim that needs no order becomes a leading spatial axis (:mod:`.vectorize`);
+- ``views``: a permute or reshape read by several ops becomes one per reader, taken where it is
+  read; with the option ``split_outputs``, each read output of a several-output UDF gets an access
+  of its own (:mod:`.views`).
 
 Annotations (the graph is the same, with a record in ``pdg.graph`` that later stages only read):
 
@@ -46,15 +49,16 @@ from .incrementalize import incrementalize
 from .reuse import reuse
 from .simplify import simplify
 from .vectorize import vectorize
+from .views import views
 from .verify import VerifyError, verify
 
 PIPELINE = [("simplify", simplify), ("cse", cse), ("dce", dce), ("reuse", reuse), ("incrementalize", incrementalize),
-            ("vectorize", vectorize),
+            ("vectorize", vectorize), ("views", views),
             ("group", group), ("fuse", fuse)]
 ANNOTATIONS = (GROUPS, JOINS, SEGMENTS)  # the pdg.graph keys the annotating passes write
 ANNOTATING = ("group", "fuse")
 #: switches of a pass's variant, off unless given (``compile(passes={"reuse_rows": True})``)
-OPTIONS = ("reuse_rows",)
+OPTIONS = ("reuse_rows", "incrementalize_all", "split_outputs")
 # switches the scheduler read before grouping became a pass; none now (kept for callers)
 SCHEDULER_SWITCHES = ()
 

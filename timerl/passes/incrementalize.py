@@ -28,7 +28,8 @@ op over the rollout) is both faster and no larger, so the sum is left to vectori
 Windows become rings of their own: a window ``x[t:t + n]`` of one output of a node with several
 (an environment step's reward, next to its observation) reads a copy of that output instead, so
 the memory plan's ring along ``d`` holds that output alone and the other outputs are freed once
-read (without this, a ring of n steps keeps n observations that only the next step reads).
+read (without this, a ring of n steps keeps n observations that only the next step reads; the
+``views`` pass does the same for every output of a UDF, after vectorization).
 
 The nodes ``X`` is computed from over ``d``, and the accumulator, are marked ``stream = d`` so the
 ``vectorize`` pass keeps them per step (the accumulator is a recurrence along ``d``, and a batched
@@ -48,8 +49,10 @@ from ..ir.ops import Edge, Node, Op, Slice, frozen
 STREAM = "stream"  # node attribute: the dim name along which the node is kept per point
 
 
-def incrementalize(prog, pdg, bounds, analysis):
-    """Rewrite every streaming whole-dim sum into an accumulator (see the module docstring)."""
+def incrementalize(prog, pdg, bounds, analysis, ctx=None):
+    """Rewrite every streaming whole-dim sum into an accumulator (see the module docstring); with
+    ``compile(passes={"incrementalize_all": True})`` also the sums of values that do not stream."""
+    every = bool(ctx is not None and ctx.switches.get("incrementalize_all", False))
     live = set(analysis.live)
     split = _windowed_outputs(pdg, live)
     found = []
@@ -63,10 +66,10 @@ def incrementalize(prog, pdg, bounds, analysis):
     out = pdg.copy()
     nxt = max(out.nodes) + 1
     for p, k in split:
-        nxt = _own_output(out, p, k, nxt)
+        nxt = own_output(out, p, k, nxt)
     done = set(split)
     for n, d, access, x, stop, count in found:
-        streamed = _streams(pdg, x, d)
+        streamed = _streams(pdg, x, d, every)
         if streamed is None:
             continue
         nxt = _rewrite(out, n, d, access, x, stop, count, nxt)
@@ -90,7 +93,7 @@ def _windowed_outputs(pdg, live) -> list:
     return out
 
 
-def _own_output(out, p, k, nxt):
+def own_output(out, p, k, nxt):
     """Readers of output ``k`` of ``p`` read an access of that output alone (a node of its own)."""
     node = out.rec(p)
     out.add_op(nxt, Node(Op.ACCESS, node.domain, (node.shapes[k],), (node.dtypes[k],), {}, node.name, node.index))
@@ -176,9 +179,11 @@ def _carried(pdg, c, p, e) -> bool:
     return False
 
 
-def _streams(pdg, x, d):
+def _streams(pdg, x, d, every=False):
     """The nodes over ``d`` that ``x`` is computed from (``x`` included), when all of them read ``d``
-    at bounded offsets or windows and no recurrence among them runs backwards; else None."""
+    at bounded offsets or windows and no recurrence among them runs backwards; else None. ``every``:
+    those nodes whatever they read (the values wait for the end of the loop over ``d``, and are then
+    added one step after another)."""
     seen, todo, edges = {x}, [x], []
     while todo:
         c = todo.pop()
@@ -188,6 +193,11 @@ def _streams(pdg, x, d):
             if _carried(pdg, c, p, e):
                 continue  # an earlier iteration's value: done before this one starts
             ent = e.index[pdg.rec(p).domain.index(d)]
+            if every:
+                if p not in seen:
+                    seen.add(p)
+                    todo.append(p)
+                continue
             if isinstance(ent, Slice):
                 if not _window(ent, d):
                     return None
@@ -252,4 +262,6 @@ def _rewrite(out, n, d, access, x, stop, count, nxt):
     return nxt + 5
 
 
-__all__ = ["STREAM", "incrementalize"]
+incrementalize.takes_context = True
+
+__all__ = ["STREAM", "incrementalize", "own_output"]

@@ -164,16 +164,17 @@ class History:
         return lambda vals, point: self.record(point["i"], vals)
 
 
-def compile_algorithm(args_cls, check, build, callback, kwargs):
+def compile_algorithm(args_cls, check, build, callback, kwargs, passes=None):
     """Parse ``kwargs`` into ``args_cls``, build the program and compile it whole.
 
     The executable carries ``exe.history`` (rows per iteration), ``exe.env``, ``exe.args``
-    and ``exe.program``.
+    and ``exe.program``. ``passes(args)``: the algorithm's ``compile(passes=...)`` switches, or None.
     """
     args = make_args(args_cls, kwargs)
     check(args)
     prog, bounds, history = build(args, callback)
     budget = None if args.memory_budget is None else int(args.memory_budget)
-    exe = prog.compile(bounds=bounds, backend=args.backend, seed=args.seed, memory_budget=budget)
+    exe = prog.compile(bounds=bounds, backend=args.backend, seed=args.seed, memory_budget=budget,
+                       passes=None if passes is None else passes(args))
     exe.history, exe.env, exe.args, exe.program = history, history.env, args, prog
     return exe

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from ..errors import CompileError
 from .common import ArgError, CommonArgs, History, compile_algorithm, env_kwargs, iterations
 
 
@@ -43,9 +44,12 @@ class Args(CommonArgs):
     """normalise the returns over the batch (a constant baseline and scale)"""
     ent_coef: float = 0.0
     """entropy bonus coefficient"""
-    per_step: bool = True
-    """with nstep: write the loss per step and learn while acting (memory flat in T; returns normalised
-    by the previous iteration's statistics); False: learn on the rollout block after acting"""
+    per_step: bool = None
+    """write the loss per step. With nstep (the default there): learn while acting (memory flat in T;
+    returns normalised by the previous iteration's statistics). With Monte-Carlo returns (off unless
+    True): the gradient is added one step after another after the rollout, slower than the block
+    learner but each step's observation can wait on disk under memory_budget. False: learn on the
+    rollout block after acting"""
 
 
 def check(args):
@@ -79,11 +83,17 @@ def build(args: Args, callback=None):
         o[i, t + 1], r, done = env.step(a)
         Tn = args.num_steps                                       # T, fixed when the program is built
 
-        if args.nstep is not None and args.per_step:
-            # -- n-step returns, learning while acting: the loss per step -------------------------------
-            G = tl.rl.nstep_returns(r, done, args.nstep, args.gamma)
-            if args.norm_returns:
-                G = _normalised_by_last_iteration(tl, G, i, Tn)
+        if _per_step(args):
+            # -- the loss per step: n-step returns learn while acting; Monte-Carlo returns after it -----
+            if args.nstep is not None:
+                G = tl.rl.nstep_returns(r, done, args.nstep, args.gamma)
+                if args.norm_returns:
+                    G = _normalised_by_last_iteration(tl, G, i, Tn)
+            else:
+                G = tl.rl.discounted_returns(r, done, args.gamma)
+                if args.norm_returns:   # the batch's own statistics: the learner waits for the rollout anyway
+                    G_b = G[i, 0:Tn]
+                    G = named((G - G_b.mean()) / (G_b.std() + 1e-8), "G_norm")
             step_pi = actor.dist(o)                               # the acting step's distribution (CSE)
             logp = named(step_pi.log_prob(a), "logp")              # (N,) per step
             per_step = lambda x: x[i, 0:Tn].sum(axis=0).mean() / Tn   # noqa: E731  sum over t: a running sum
@@ -133,6 +143,23 @@ def _normalised_by_last_iteration(tl, G, i, Tn):
     return named((G - mean) / (std + 1e-8), "G_norm")
 
 
+def _per_step(args) -> bool:
+    """The loss written per step: n-step returns unless per_step=False; Monte-Carlo returns only with
+    per_step=True (the gradient is then added one step after another after the rollout, so each
+    step's observation can wait on disk under a memory budget)."""
+    return bool(args.per_step) if args.nstep is None else args.per_step is not False
+
+
+def _passes(args):
+    """Monte-Carlo returns read each step's reward after the rollout: the environment step's outputs
+    are freed one by one (``split_outputs``), so its observations are not held that long. Per step,
+    the sum over steps becomes an accumulator although the returns run backwards (the incrementalize
+    pass leaves such sums to vectorization unless told)."""
+    if args.nstep is not None:
+        return None
+    return {"split_outputs": True, **({"incrementalize_all": True} if _per_step(args) else {})}
+
+
 def reinforce(callback=None, **kwargs):
     """Build and compile REINFORCE; keyword arguments are the fields of :class:`Args` (the CLI flags).
 
@@ -145,4 +172,11 @@ def reinforce(callback=None, **kwargs):
                               nstep=8, backend="numpy")
         exe.run()
     """
-    return compile_algorithm(Args, check, build, callback, kwargs)
+    try:
+        return compile_algorithm(Args, check, build, callback, kwargs, passes=_passes)
+    except CompileError as e:
+        if "memory_budget" in str(e) and kwargs.get("nstep") is None and kwargs.get("per_step") is not True:
+            raise CompileError(f"{e}. Monte-Carlo REINFORCE with per_step=True (--per-step True) adds the "
+                               "gradient one step at a time after the rollout, so each step's observation can "
+                               "wait on disk: it fits a far smaller budget") from None
+        raise

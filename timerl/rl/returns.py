@@ -93,7 +93,10 @@ def discounted_returns(r, done, gamma, dim=None) -> RecurrentTensor:
     nd = _not_done(done, r)
     dom = r.prog.sort_domain(list(r.domain) + list(nd.domain))
     G = placeholder(r.shape, r.dtype, dom, name="G")
-    G[_key(dom, d, d.bound - 1)] = r
+    # at T - 1, r + γ (1 - done) 0 (which is r): every step reads done_t, as it reads r_t, so the
+    # access of an environment step's done runs with the step (timerl.passes.group) instead of
+    # holding the step's outputs, its observation included, until the returns run
+    G[_key(dom, d, d.bound - 1)] = r + gamma * nd * 0.0
     G[_key(dom, d, d)] = r + gamma * nd * G[_key(dom, d, d + 1)]
     return G
 

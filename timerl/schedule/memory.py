@@ -107,8 +107,8 @@ def views(pdg, problem, kinds) -> dict:
             ok = True
             for p, e in ins:
                 st = kinds.get(p)
-                if p not in problem.of:
-                    ok = False
+                if p not in problem.of or len(pdg.rec(p).shapes) > 1:
+                    ok = False  # one output of several: a buffer of its own (the others go with the node)
                 elif any(isinstance(x, Slice) for x in e.index):
                     ok = ok and st is not None and st.kind == "block"
                 else:

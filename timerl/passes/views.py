@@ -1,0 +1,90 @@
+"""A view read by several ops becomes one view per reader; each read output of a UDF with several
+becomes a node of its own.
+
+A ``permute`` or ``reshape`` costs nothing to take again, but one stored view keeps its operand's
+buffer alive until the view's last reader, and it is made where its first reader runs. A per-step
+learner reads the acting step's flattened observation ``reshape(o[i, t])`` a whole rollout later
+(Monte-Carlo returns): the one shared view pins each observation in memory, so a swap to disk
+under ``memory_budget`` cannot take it out. With a view per reader, the ``group`` pass puts each
+one in its reader's statement, the acting step's view is gone with the acting step, and the
+learner takes its own from the stored (or swapped-back) observation.
+
+An environment step returns its observation, reward and done flags as one node, freed after its
+last reader: Monte-Carlo returns read each step's reward after the rollout, so every step's
+observation (already copied into ``o`` by the next step) would be held that long too. With the
+option ``compile(passes={"split_outputs": True})`` (Monte-Carlo REINFORCE sets it), each output is
+read through an access of its own (:func:`timerl.passes.incrementalize.own_output`, as a window of
+one output gets its ring there) and freed on its own; the memory plan counts such an access as
+owning its output (:func:`timerl.schedule.memory.views`). It is an option because the extra
+accesses change the grouping: on PPO (Pendulum, 2 x 16) isl's scheduling went from under a second
+to 23 s, and PPO's GAE reads rewards and values together with the rollout anyway.
+
+Each copy is demanded where its reader reads it (the analysis is rerun), so a copy never runs at
+points only another reader reads. ``compile(passes={"views": False})`` keeps shared views; the
+values are the same either way.
+"""
+
+from __future__ import annotations
+
+from ..ir.analysis import analyze
+from ..ir.ops import Edge, Op
+from .incrementalize import own_output
+
+VIEW_OPS = (Op.PERMUTE, Op.RESHAPE)
+
+
+def views(prog, pdg, bounds, analysis, ctx=None):
+    """Each reader but the first of a shared permute or reshape reads a copy of its own; with the
+    option ``split_outputs``, each read output of a several-output UDF an access of its own."""
+    shared = [n for n in analysis.live if pdg.rec(n).op in VIEW_OPS and len({c for c, _ in pdg.consumers(n)}) > 1]
+    split = ctx is not None and ctx.switches.get("split_outputs", False)
+    outputs = _udf_outputs(pdg, analysis.live) if split else []
+    if not shared and not outputs:
+        return pdg, analysis
+    out = pdg.copy()
+    nxt = max(out.nodes) + 1
+    for p, k in outputs:
+        nxt = own_output(out, p, k, nxt)
+    # a view of a view: copies of the inner one first would leave the outer's copies sharing it
+    for n in sorted(shared, key=lambda m: -_depth(pdg, m)):
+        readers = sorted({c for c, _ in out.consumers(n)})
+        for c in readers[1:]:
+            out.add_node(nxt, **dict(out.nodes[n]))
+            for p, e in out.inputs(n):
+                out.add_dep(nxt, p, e)
+            for _, _, key, d in [x for x in out.in_edges(n, keys=True, data=True) if x[0] == c]:
+                e = d["edge"]
+                out.remove_edge(c, n, key)
+                out.add_dep(c, nxt, Edge(pos=e.pos, out=e.out, index=e.index, cond=e.cond, shift=e.shift))
+            nxt += 1
+    return out, analyze(prog, out, bounds)
+
+
+def _udf_outputs(pdg, live) -> list:
+    """``(udf, output)``: the outputs of a UDF with several that something other than an access of
+    that output alone reads."""
+    out = []
+    for p in sorted(live):
+        node = pdg.rec(p)
+        if node.op is not Op.UDF or len(node.shapes) < 2:
+            continue
+        for k in range(len(node.shapes)):
+            readers = [(c, e) for c, e in pdg.consumers(p) if e.out == k]
+            if any(pdg.rec(c).op is not Op.ACCESS or len(pdg.inputs(c)) != 1 for c, _ in readers):
+                out.append((p, k))
+    return out
+
+
+views.takes_context = True
+
+
+def _depth(pdg, n) -> int:
+    """How many view ops ``n`` is taken through (its own included)."""
+    d = 0
+    while pdg.rec(n).op in VIEW_OPS:
+        d += 1
+        n = pdg.inputs(n)[0][0]
+    return d
+
+
+__all__ = ["VIEW_OPS", "views"]
