@@ -63,10 +63,7 @@ def incrementalize(prog, pdg, bounds, analysis, ctx=None):
                 found.append((n, d) + hit)
     if not found and not split:
         return pdg, analysis
-    out = pdg.copy()
-    nxt = max(out.nodes) + 1
-    for p, k in split:
-        nxt = own_output(out, p, k, nxt)
+    out, nxt = with_own_outputs(pdg, split)
     done = set(split)
     for n, d, access, x, stop, count in found:
         streamed = _streams(pdg, x, d, every)
@@ -91,6 +88,16 @@ def _windowed_outputs(pdg, live) -> list:
             if any(e.out == k and any(isinstance(x, Slice) for x in e.index) for _, e in pdg.consumers(p)):
                 out.append((p, k))
     return out
+
+
+def with_own_outputs(pdg, pairs):
+    """``(copy, next free id)``: a copy of ``pdg`` where each ``(node, output)`` of ``pairs`` is read
+    through an access of its own (:func:`own_output`)."""
+    out = pdg.copy()
+    nxt = max(out.nodes) + 1
+    for p, k in pairs:
+        nxt = own_output(out, p, k, nxt)
+    return out, nxt
 
 
 def own_output(out, p, k, nxt):
@@ -264,4 +271,4 @@ def _rewrite(out, n, d, access, x, stop, count, nxt):
 
 incrementalize.takes_context = True
 
-__all__ = ["STREAM", "incrementalize", "own_output"]
+__all__ = ["STREAM", "incrementalize", "own_output", "with_own_outputs"]

@@ -13,7 +13,7 @@ An environment step returns its observation, reward and done flags as one node, 
 last reader: Monte-Carlo returns read each step's reward after the rollout, so every step's
 observation (already copied into ``o`` by the next step) would be held that long too. With the
 option ``compile(passes={"split_outputs": True})`` (Monte-Carlo REINFORCE sets it), each output is
-read through an access of its own (:func:`timerl.passes.incrementalize.own_output`, as a window of
+read through an access of its own (:func:`timerl.passes.incrementalize.with_own_outputs`, as a window of
 one output gets its ring there) and freed on its own; the memory plan counts such an access as
 owning its output (:func:`timerl.schedule.memory.views`). It is an option because the extra
 accesses change the grouping: on PPO (Pendulum, 2 x 16) isl's scheduling went from under a second
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from ..ir.analysis import analyze
 from ..ir.ops import Edge, Op
-from .incrementalize import own_output
+from .incrementalize import with_own_outputs
 
 VIEW_OPS = (Op.PERMUTE, Op.RESHAPE)
 
@@ -41,10 +41,7 @@ def views(prog, pdg, bounds, analysis, ctx=None):
     outputs = _udf_outputs(pdg, analysis.live) if split else []
     if not shared and not outputs:
         return pdg, analysis
-    out = pdg.copy()
-    nxt = max(out.nodes) + 1
-    for p, k in outputs:
-        nxt = own_output(out, p, k, nxt)
+    out, nxt = with_own_outputs(pdg, outputs)
     # a view of a view: copies of the inner one first would leave the outer's copies sharing it
     for n in sorted(shared, key=lambda m: -_depth(pdg, m)):
         readers = sorted({c for c, _ in out.consumers(n)})
