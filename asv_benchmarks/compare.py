@@ -430,7 +430,8 @@ def plots(cfgs, summ, out_dir, suffix=""):
             ax.set_yscale("log")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
-        fig.suptitle("REINFORCE memory over observation size: n-step learns while acting, MC keeps the rollout")
+        fig.suptitle("REINFORCE memory over observation size: n-step learns while acting, MC keeps the rollout, "
+                     "MC per step under a budget spills it")
         fig.tight_layout()
         path = os.path.join(out_dir, f"reinforce_obs_memory{suffix}.png")
         fig.savefig(path, dpi=100)
