@@ -248,6 +248,16 @@ def test_a_refused_block_written_monte_carlo_reinforce_points_at_the_per_step_le
         assert ("per_step=True (--per-step True)" in str(err.value)) == hint, kw
 
 
+def test_per_step_flag_is_a_switch_left_to_the_algorithm_unless_given():
+    for argv, want in [([], None), (["--per-step", "True"], True), (["--per-step", "false"], False)]:
+        ns = cli.build_parser().parse_args(["train", "reinforce", *argv])
+        assert cli._algo_kwargs(ns, "reinforce").get("per_step") == want
+    mod = importlib.import_module("timerl.rl.reinforce")
+    args = mod.Args()
+    assert not mod._per_step(args) and mod._per_step(mod.Args(nstep=4))
+    assert mod._per_step(mod.Args(per_step=True)) and not mod._per_step(mod.Args(nstep=4, per_step=False))
+
+
 def test_memory_budget_flag_takes_bytes_or_a_suffix(capsys):
     for text, n in [("1000", 1000), ("300M", 300 << 20), ("1.5G", 3 << 29), ("64k", 64 << 10), ("512KiB", 512 << 10)]:
         assert cli.parse_bytes(text) == n
