@@ -90,13 +90,11 @@ def configurations(quick=False):
     # Monte-Carlo (the whole rollout), and Monte-Carlo per step under a budget of a quarter of the
     # observation block (below a quarter of its unconstrained planned peak: timerl spills each step's
     # observation to disk; the eager baselines run plain Monte-Carlo there)
-    for kind in ("n", "mc", "mc/4"):
-        more = {"nstep": nstep} if kind == "n" else {}
-        for o in robs:
-            if kind == "mc/4":
-                more = {"per_step": True, "memory_budget": large["num_envs"] * large["num_steps"] * math.prod(o)}
-            out.append(_cfg("reinforce_obs", f"{kind} {'x'.join(map(str, o))}", "reinforce",
-                            **dict(rb, obs_shape=o, **large, **more)))
+    quarter = lambda o: large["num_envs"] * large["num_steps"] * math.prod(o)  # noqa: E731  bytes / 4
+    forms = {"n": lambda o: {"nstep": nstep}, "mc": lambda o: {},
+             "mc/4": lambda o: {"per_step": True, "memory_budget": quarter(o)}}
+    out += [_cfg("reinforce_obs", f"{kind} {'x'.join(map(str, o))}", "reinforce",
+                 **dict(rb, obs_shape=o, **large, **more(o))) for kind, more in forms.items() for o in robs]
     return out
 
 

@@ -17,7 +17,7 @@ from fuzz.gen import HypothesisDraw, SeedDraw, generate
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from timerl.passes import PIPELINE
+from timerl.passes import OPTIONS, PIPELINE
 
 programs = st.composite(lambda draw: generate(HypothesisDraw(draw)))
 
@@ -59,6 +59,9 @@ def test_every_pass_is_switched_off_somewhere():
     for p in PASSES:
         for backend in ("numpy", "numba"):
             assert (backend, {"passes": {p: False}}) in CONFIGS
+    for o in OPTIONS:
+        for backend in ("numpy", "numba"):
+            assert (backend, {"passes": {o: True}}) in CONFIGS
     assert ("numpy", {"check": True}) in CONFIGS
 
 

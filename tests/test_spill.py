@@ -87,6 +87,7 @@ def test_a_budget_below_what_spilling_reaches_is_refused_with_the_least_that_wor
     with pytest.raises(tl.CompileError, match="cannot be met") as err:
         prog.compile(bounds, backend="numpy", memory_budget=peak // 4)
     least = _least(err.value)
+    assert isinstance(err.value, tl.BudgetError) and err.value.least == least
     assert peak // 4 < least < peak
     exe = prog.compile(bounds, backend="numpy", memory_budget=least)
     # both kinds of swap: the rollout block (one swap-in per block, read by the learner's slice)
@@ -238,13 +239,13 @@ def test_a_refused_block_written_monte_carlo_reinforce_points_at_the_per_step_le
     mod = importlib.import_module("timerl.rl.reinforce")
 
     def refuse(*a, **k):
-        raise tl.CompileError("memory_budget=1000 bytes cannot be met: ...; pass memory_budget>=5000")
+        raise tl.BudgetError("memory_budget=1000 bytes cannot be met: ...; pass memory_budget>=5000", 5000)
 
     monkeypatch.setattr(mod, "compile_algorithm", refuse)
     for kw, hint in [({}, True), ({"per_step": False}, True), ({"per_step": True}, False), ({"nstep": 4}, False)]:
         with pytest.raises(tl.CompileError) as err:
             tl.rl.reinforce(**kw, memory_budget=1000)
-        assert _least(err.value) == 5000
+        assert _least(err.value) == err.value.least == 5000
         assert ("per_step=True (--per-step True)" in str(err.value)) == hint, kw
 
 

@@ -4,7 +4,7 @@
     prog = tl.Program("i t")
 """
 
-from .errors import ArgTypeError, CompileError, RuntimeFault, ShapeError
+from .errors import ArgTypeError, BudgetError, CompileError, RuntimeFault, ShapeError
 from .ir.expr import Bound, Cond, Dim, Expr
 from .api.naming import name_scope
 from .api.program import Program
@@ -25,7 +25,7 @@ from . import rl
 __version__ = "0.1.0"
 
 __all__ = [
-    "ArgTypeError", "CompileError", "RuntimeFault", "ShapeError", "Bound", "Cond", "Dim", "Expr", "Program",
+    "ArgTypeError", "BudgetError", "CompileError", "RuntimeFault", "ShapeError", "Bound", "Cond", "Dim", "Expr", "Program",
     "RecurrentTensor", "arange", "broadcast_to", "cast", "clip", "concat", "const", "dim_value",
     "matmul", "maximum", "minimum", "one_hot", "ones", "permute", "placeholder", "reshape",
     "squeeze", "stack", "take", "take_along_axis", "tensor", "unsqueeze", "where", "zeros", "abs",

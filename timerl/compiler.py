@@ -28,7 +28,7 @@ import time
 from collections.abc import Mapping
 
 from .config import config
-from .errors import CompileError
+from .errors import BudgetError, CompileError
 from .ir.analysis import analyze, live_nodes, resolve_bounds
 from .kernels import statement
 from .passes import PassContext, check_switches, run_passes
@@ -112,10 +112,10 @@ def build_executable(prog, pdg, bounds, analysis, times, backend="numba", seed=0
         planned, plan = fit_budget(prog, pdg, bounds, analysis, seed, backend, plan, grouping, memory_budget, times)
         times["plan"] = time.perf_counter() - t0 - times.get("spill", 0.0)
         if planned > memory_budget:
-            raise CompileError(
+            raise BudgetError(
                 f"memory_budget={memory_budget} bytes cannot be met: the least planned peak of live tensor bytes "
                 f"over the schedules, storage choices and spills to disk tried is {planned} bytes; "
-                f"pass memory_budget>={planned}")
+                f"pass memory_budget>={planned}", planned)
     return Executable(prog, pdg, bounds, seed, analysis, plan, backend, check, times, planned)
 
 
@@ -129,8 +129,8 @@ def fit_budget(prog, pdg, bounds, analysis, seed, backend, plan, grouping, budge
 
     In order: the default schedule with each storage mode (default, blocks without rings, point
     stores only), that schedule with spills to disk (:func:`spill_to_fit`), the other schedule
-    variants (and one statement per node, for up to :data:`UNGROUPED_MAX` nodes) with each storage mode, and spills on the least of those
-    when it is lower. The default schedule with spills comes before the other schedules: it keeps
+    variants (and one statement per node, for up to :data:`UNGROUPED_MAX` nodes) with each storage
+    mode, and spills on the least of those when it is lower. The default schedule with spills comes before the other schedules: it keeps
     the fused statements that run fastest, and it costs no new isl schedule."""
     tried = []
 
@@ -159,8 +159,7 @@ def fit_budget(prog, pdg, bounds, analysis, seed, backend, plan, grouping, budge
     if fits(*spilled(first[1])):
         return tried[-1]
     others = len(tried)
-    ungrouped = len(analysis.live) <= UNGROUPED_MAX or not grouping
-    for g in ((grouping, False) if grouping and ungrouped else (grouping,) if grouping else (False,)):
+    for g in ((grouping, False) if grouping and len(analysis.live) <= UNGROUPED_MAX else (grouping,)):
         for v in VARIANTS:
             if (g, v) == (grouping, "default"):
                 continue

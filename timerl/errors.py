@@ -12,6 +12,14 @@ class CompileError(Exception):
     """A program that cannot be compiled: missing bound, bad read, cycle, unsupported dependence."""
 
 
+class BudgetError(CompileError):
+    """A ``memory_budget`` no plan meets; ``least`` is the least planned peak (bytes) one does."""
+
+    def __init__(self, message, least: int):
+        super().__init__(message)
+        self.least = least
+
+
 class ShapeError(ValueError):
     """Spatial shapes or dtypes that do not combine."""
 

@@ -29,6 +29,7 @@ import sympy
 from ..ir import registry
 from ..ir.ops import Op, Slice, is_basis
 from ..ir.polyhedral import stmt
+from .views import PER_READER
 
 def _alone(pdg, n) -> bool:
     """Node ``n``'s op always forms a statement of its own."""
@@ -211,7 +212,7 @@ def make_groups(pdg, analysis, enabled=True, siblings=True, restrict=None, joins
         # another statement (a backward pass n steps behind acting), the view is taken there from
         # the operand stored anyway, instead of being made and stored by the producer's statement
         # (a transposed copy of each observation, on the numba backend)
-        views_first = [(c, p, e) for p in live if pdg.rec(p).op in (Op.PERMUTE, Op.RESHAPE)
+        views_first = [(c, p, e) for p in live if pdg.rec(p).op in PER_READER
                        for c, e in [next(iter(pdg.consumers(p)))] if len(pdg.consumers(p)) == 1]
         pairs = views_first + [(c, p, e) for c in live for p, e in pdg.inputs(c)]
         for c, p, e in pairs:

@@ -30,13 +30,15 @@ from ..ir.analysis import analyze
 from ..ir.ops import Edge, Op
 from .incrementalize import with_own_outputs
 
-VIEW_OPS = (Op.PERMUTE, Op.RESHAPE)
+#: the views this pass copies per reader (and the ``group`` pass joins to their reader first); the
+#: memory plan's wider :data:`timerl.schedule.memory.VIEW_OPS` also counts broadcasts and slices
+PER_READER = (Op.PERMUTE, Op.RESHAPE)
 
 
 def views(prog, pdg, bounds, analysis, ctx=None):
     """Each reader but the first of a shared permute or reshape reads a copy of its own; with the
     option ``split_outputs``, each read output of a several-output UDF an access of its own."""
-    shared = [n for n in analysis.live if pdg.rec(n).op in VIEW_OPS and len({c for c, _ in pdg.consumers(n)}) > 1]
+    shared = [n for n in analysis.live if pdg.rec(n).op in PER_READER and len({c for c, _ in pdg.consumers(n)}) > 1]
     split = ctx is not None and ctx.switches.get("split_outputs", False)
     outputs = _udf_outputs(pdg, analysis.live) if split else []
     if not shared and not outputs:
@@ -57,6 +59,9 @@ def views(prog, pdg, bounds, analysis, ctx=None):
     return out, analyze(prog, out, bounds)
 
 
+views.takes_context = True
+
+
 def _udf_outputs(pdg, live) -> list:
     """``(udf, output)``: the outputs of a UDF with several that something other than an access of
     that output alone reads."""
@@ -72,16 +77,13 @@ def _udf_outputs(pdg, live) -> list:
     return out
 
 
-views.takes_context = True
-
-
 def _depth(pdg, n) -> int:
     """How many view ops ``n`` is taken through (its own included)."""
     d = 0
-    while pdg.rec(n).op in VIEW_OPS:
+    while pdg.rec(n).op in PER_READER:
         d += 1
         n = pdg.inputs(n)[0][0]
     return d
 
 
-__all__ = ["VIEW_OPS", "views"]
+__all__ = ["PER_READER", "views"]

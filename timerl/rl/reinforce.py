@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from ..errors import CompileError
+from ..errors import BudgetError
 from .common import ArgError, CommonArgs, History, compile_algorithm, env_kwargs, iterations
 
 
@@ -174,9 +174,9 @@ def reinforce(callback=None, **kwargs):
     """
     try:
         return compile_algorithm(Args, check, build, callback, kwargs, passes=_passes)
-    except CompileError as e:
-        if "memory_budget" in str(e) and kwargs.get("nstep") is None and kwargs.get("per_step") is not True:
-            raise CompileError(f"{e}. Monte-Carlo REINFORCE with per_step=True (--per-step True) adds the "
-                               "gradient one step at a time after the rollout, so each step's observation can "
-                               "wait on disk: it fits a far smaller budget") from None
-        raise
+    except BudgetError as e:
+        if kwargs.get("nstep") is not None or kwargs.get("per_step") is True:
+            raise
+        raise BudgetError(f"{e}. Monte-Carlo REINFORCE with per_step=True (--per-step True) adds the gradient "
+                          "one step at a time after the rollout, so each step's observation can wait on disk: "
+                          "it fits a far smaller budget", e.least) from None

@@ -94,8 +94,10 @@ def discounted_returns(r, done, gamma, dim=None) -> RecurrentTensor:
     dom = r.prog.sort_domain(list(r.domain) + list(nd.domain))
     G = placeholder(r.shape, r.dtype, dom, name="G")
     # at T - 1, r + γ (1 - done) 0 (which is r): every step reads done_t, as it reads r_t, so the
-    # access of an environment step's done runs with the step (timerl.passes.group) instead of
-    # holding the step's outputs, its observation included, until the returns run
+    # part that does not read G (1 - done, γ (1 - done), with the reads of r and done) is demanded at
+    # every step like the environment step itself and runs as the steps do, instead of after the
+    # rollout, where it held the step's outputs, its observation included (with the views pass's
+    # split_outputs; a G_next placeholder instead made isl's schedule 100x slower)
     G[_key(dom, d, d.bound - 1)] = r + gamma * nd * 0.0
     G[_key(dom, d, d)] = r + gamma * nd * G[_key(dom, d, d + 1)]
     return G
