@@ -19,7 +19,7 @@ from timerl.rl.common import ArgError
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 HERE = r"test_bad_inputs\.py:\d+"
-BACKENDS = ["reference", "numpy", "numba"]
+BACKENDS = ["reference", "numpy", "numba", "cuda"]  # cuda: in the simulator (tests/conftest.py)
 
 
 def prog_t():

@@ -26,7 +26,7 @@ def _broadcastable(a, b):
 
 
 PAIRS = [(a, b) for a, b in itertools.combinations_with_replacement(SHAPES, 2) if _broadcastable(a, b)]
-BACKENDS = ["reference", "numpy", "numba"]
+BACKENDS = ["reference", "numpy", "numba", "cuda"]  # cuda: in the simulator (tests/conftest.py)
 
 
 def data(shape, k, dtype):

@@ -10,7 +10,7 @@ import pytest
 
 import timerl as tl
 
-BACKENDS = ["reference", "numpy", "numba"]
+BACKENDS = ["reference", "numpy", "numba", "cuda"]  # cuda: in the simulator (tests/conftest.py)
 
 
 def _log_prog(shape=(3,)):

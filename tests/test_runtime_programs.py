@@ -3,7 +3,7 @@
 import pytest
 from programs import PROGRAMS, assert_close, run
 
-BACKENDS = ["numpy", "numba"]
+BACKENDS = ["numpy", "numba", "cuda"]  # cuda: in the simulator (tests/conftest.py)
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))

@@ -151,12 +151,6 @@ def test_check_flag_from_config():
     exe.run()
 
 
-def test_cuda_not_available_yet_is_a_compile_error():
-    prog, _ = _window_prog(False)
-    with pytest.raises(tl.CompileError, match="not available yet"):
-        prog.compile({"T": 4}, backend="cuda")
-
-
 def test_unknown_pass_is_a_compile_error():
     prog, _ = _window_prog(False)
     with pytest.raises(tl.CompileError, match="unknown pass"):

@@ -79,7 +79,22 @@ def compile_program(prog, bounds, backend="numba", seed=0, memory_budget=None, p
 
 def pass_context(backend) -> PassContext:
     """What the passes learn of ``backend``: numba's kernel generator for the ``fuse`` pass."""
-    return PassContext(backend, statement.renderable if backend == "numba" else None)
+    return PassContext(backend, statement.renderable if backend in ("numba", "cuda") else None)
+
+
+def cuda_available():
+    """Raise a CompileError saying what to do when numba.cuda has neither a GPU nor the simulator."""
+    try:
+        from numba import cuda  # noqa: PLC0415
+        ok = cuda.is_available()
+    except Exception as err:  # noqa: BLE001 - numba.cuda missing or broken: say so below
+        ok, why = False, f" ({type(err).__name__}: {err})"
+    else:
+        why = ""
+    if not ok:
+        raise CompileError("backend 'cuda' needs a CUDA GPU that numba.cuda can use" + why + "; without one, run it "
+                           "in numba's CUDA simulator (set NUMBA_ENABLE_CUDASIM=1 before Python starts; tiny sizes "
+                           "only) or use backend='numba'")
 
 
 def optimize(prog, bounds, passes=None, check=True, backend="numba"):
@@ -96,8 +111,7 @@ def build_executable(prog, pdg, bounds, analysis, times, backend="numba", seed=0
                      passes=None, check=None):
     """Passes, schedule, memory plan (the least peak under ``memory_budget``) and the Executable."""
     if backend == "cuda":
-        raise CompileError("backend 'cuda' is not available yet (numba.cuda kernels come with their own issue); "
-                           "use backend='numba' or 'numpy'")
+        cuda_available()
     times = dict(times)
     check = config.check if check is None else bool(check)
     t0 = time.perf_counter()

@@ -10,6 +10,11 @@ optimizer state, rollout buffers, activations saved for backward, gradients, tem
 — and subtracts them when the storage is freed (a finalizer on the storage); we report
 the peak of that sum from the learner's construction through 2 iterations. Numpy arrays
 held by the environment are not tensors and are not counted.
+
+``--device cuda`` puts the model, the rollout buffers and the update on the GPU (the env stays
+on the host: observations, rewards and dones go over once per step, actions come back once per
+step); each iteration ends with ``torch.cuda.synchronize()``. There ``peak_bytes`` is null and
+``peak_device_bytes`` is ``torch.cuda.max_memory_allocated()`` over the timing pass.
 """
 
 from __future__ import annotations
@@ -93,28 +98,35 @@ class Agent(nn.Module):
 class _Learner:
     algo = ""
 
-    def __init__(self, args: Args, critic=True, dtype=None):
+    def __init__(self, args: Args, critic=True, dtype=None, device="cpu"):
         if MISSING:
             raise ModuleNotFoundError(MISSING)
         dtype = dtype or torch.float32
         self.args = args
+        self.device = dev = torch.device(device)
         torch.manual_seed(args.seed)
         self.env = make_env(args)
         self.obs_dim = int(np.prod(self.env.obs_shape))
-        self.agent = Agent(self.obs_dim, self.env, args, critic).to(dtype)
+        self.agent = Agent(self.obs_dim, self.env, args, critic).to(device=dev, dtype=dtype)
         self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=args.lr_at(self.algo, 0), eps=1e-5)
         self.it = 0
         T, N = args.num_steps, args.num_envs
         act_shape = (T, N) if self.env.discrete else (T, N, self.env.action_dim)
-        self.obs = torch.zeros((T, N, self.obs_dim), dtype=dtype)
-        self.actions = torch.zeros(act_shape, dtype=torch.int64 if self.env.discrete else dtype)
-        self.logprobs = torch.zeros((T, N), dtype=dtype)
-        self.rewards = torch.zeros((T, N), dtype=dtype)
-        self.dones = torch.zeros((T, N), dtype=dtype)
-        self.values = torch.zeros((T, N), dtype=dtype) if critic else None
-        self.next_obs = torch.as_tensor(self.env.reset().reshape(N, -1), dtype=dtype)
+        self.obs = torch.zeros((T, N, self.obs_dim), dtype=dtype, device=dev)
+        self.actions = torch.zeros(act_shape, dtype=torch.int64 if self.env.discrete else dtype, device=dev)
+        self.logprobs = torch.zeros((T, N), dtype=dtype, device=dev)
+        self.rewards = torch.zeros((T, N), dtype=dtype, device=dev)
+        self.dones = torch.zeros((T, N), dtype=dtype, device=dev)
+        self.values = torch.zeros((T, N), dtype=dtype, device=dev) if critic else None
+        self.next_obs = torch.as_tensor(self.env.reset().reshape(N, -1), dtype=dtype, device=dev)
         self.returns_seen = []
         self._ep_ret = np.zeros(N)
+        self.sync()
+
+    def sync(self):
+        """Wait for the device's queued work (a no-op on cpu): the bench's time stamps follow it."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
     def rollout(self):
         self.optimizer.param_groups[0]["lr"] = self.args.lr_at(self.algo, self.it)
@@ -127,14 +139,14 @@ class _Learner:
                     self.values[step] = self.agent.get_value(self.next_obs).flatten()
             self.actions[step] = action
             self.logprobs[step] = logprob
-            o, r, d = self.env.step(action.numpy())
-            self.rewards[step] = torch.as_tensor(r)
-            self.dones[step] = torch.as_tensor(d)
+            o, r, d = self.env.step(action.cpu().numpy())
+            self.rewards[step] = torch.as_tensor(r, device=self.device)
+            self.dones[step] = torch.as_tensor(d, device=self.device)
             self._ep_ret += r
             if d.any():
                 self.returns_seen.extend(self._ep_ret[d].tolist())
                 self._ep_ret[d] = 0.0
-            self.next_obs = torch.as_tensor(o.reshape(len(o), -1), dtype=self.obs.dtype)
+            self.next_obs = torch.as_tensor(o.reshape(len(o), -1), dtype=self.obs.dtype, device=self.device)
 
     def step_optimizer(self, loss):
         self.optimizer.zero_grad()
@@ -158,8 +170,8 @@ class PPO(_Learner):
         self.rollout()
         with torch.no_grad():
             next_value = self.agent.get_value(self.next_obs).flatten()
-            adv = torch.as_tensor(gae(self.rewards.numpy(), self.values.numpy(), self.dones.numpy(),
-                                      next_value.numpy(), args.gamma, args.gae_lambda))
+            r, v, d, last = (t.cpu().numpy() for t in (self.rewards, self.values, self.dones, next_value))
+            adv = torch.as_tensor(gae(r, v, d, last, args.gamma, args.gae_lambda), device=self.device)
             returns = adv + self.values
         B = args.batch_size
         b = {"obs": self.obs.reshape(B, -1), "actions": self.actions.reshape((B,) + self.actions.shape[2:]),
@@ -167,10 +179,11 @@ class PPO(_Learner):
              "values": self.values.reshape(-1)}
         mb_size = B // args.minibatches
         for _ in range(args.epochs):
-            perm = torch.randperm(B)
+            perm = torch.randperm(B, device=self.device)
             for start in range(0, B, mb_size):
                 mb = perm[start:start + mb_size]
                 self.step_optimizer(self.loss({k: v[mb] for k, v in b.items()}))
+        self.sync()
 
     def loss(self, mb):
         args = self.args
@@ -199,20 +212,21 @@ class Reinforce(_Learner):
 
     algo = "reinforce"
 
-    def __init__(self, args: Args, dtype=None):
-        super().__init__(args, critic=False, dtype=dtype)
+    def __init__(self, args: Args, dtype=None, device="cpu"):
+        super().__init__(args, critic=False, dtype=dtype, device=device)
 
     def iteration(self):
         self.rollout()
         self.step_optimizer(self.loss(self.batch()))
+        self.sync()
 
     def batch(self):
         args = self.args
-        r, d = self.rewards.numpy(), self.dones.numpy()
+        r, d = self.rewards.cpu().numpy(), self.dones.cpu().numpy()
         if args.nstep is None:
-            G = torch.as_tensor(returns_mc(r, d, args.gamma))
+            G = torch.as_tensor(returns_mc(r, d, args.gamma), device=self.device)
         else:
-            G = torch.as_tensor(returns_nstep(r, d, args.nstep, args.gamma))
+            G = torch.as_tensor(returns_nstep(r, d, args.nstep, args.gamma), device=self.device)
         if args.norm_returns:
             G = (G - G.mean()) / (G.std(correction=0) + 1e-8)
         B = args.batch_size
@@ -264,17 +278,31 @@ def measure_peak(make, iterations):
     return peak
 
 
-def run_bench(algo, args: Args, memory=True):
-    return bench(LEARNERS[algo], args, measure_peak if memory else None, system="torch", algo=algo)
+def run_bench(algo, args: Args, memory=True, device="cpu"):
+    """``bench`` on ``device``; on cuda no ``measure_peak`` pass, ``peak_device_bytes`` instead."""
+    cuda = torch.device(device).type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    result = bench(lambda a: LEARNERS[algo](a, device=device), args, measure_peak if memory and not cuda else None,
+                   system="torch", algo=algo)
+    result["device"] = device
+    result["peak_device_bytes"] = torch.cuda.max_memory_allocated() if cuda else None
+    return result
 
 
 def main(argv=None):
-    ns = parser("python -m asv_benchmarks.baselines.torch_eager").parse_args(argv)
+    p = parser("python -m asv_benchmarks.baselines.torch_eager")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="where the model, buffers and update live (the env stays on the host)")
+    ns = p.parse_args(argv)
     if MISSING:
         print(f"torch_eager: {MISSING}", file=sys.stderr)
         return 2
+    if ns.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"torch_eager: --device cuda, but no CUDA device is visible to this torch build "
+                         f"(torch {torch.__version__})")
     torch.set_num_threads(1)
-    result = run_bench(ns.algo, args_from(ns), memory=not ns.no_memory)
+    result = run_bench(ns.algo, args_from(ns), memory=not ns.no_memory, device=ns.device)
     result["torch"] = torch.__version__
     emit(result, ns.json)
     return 0

@@ -748,7 +748,7 @@ def render(pdg, seg, returned, outs=()):
 
 
 _ASSIGN = re.compile(r"^\s*(\w+) = (.*)$")
-_ALLOC = re.compile(r"^np\.(?:empty|zeros|ones)\(\(([\d, ]*)\),\s*np\.(\w+)\)$")
+_ALLOC = re.compile(r"^(?:np\.(?:empty|zeros|ones)|POOL\.empty)\(\(([\d, ]*)\),\s*np\.(\w+)\)$")
 _VIEW = re.compile(r"^\(?(\w+)\)?(?:\.reshape\(|\.T$|\[)")
 _NAME = re.compile(r"\b[A-Za-z_]\w*\b")
 

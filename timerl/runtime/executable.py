@@ -89,6 +89,10 @@ class Executable:
         for s in self._stores:
             s.clear()
         self._reset()
+        pool = None
+        if self.backend == "cuda":
+            from ..kernels.cudart import POOL as pool  # noqa: PLC0415 - numba.cuda: only on this backend
+            pool.reset()
         if self._spill is not None:
             self._spill.reset()
         t0 = time.perf_counter()
@@ -112,6 +116,8 @@ class Executable:
                 bar.close()
         self.stats["run_seconds"] = time.perf_counter() - t0
         self.stats["peak_bytes"] = self._mem()[1]
+        if pool is not None:
+            self.stats.update(peak_device_bytes=int(pool.peak), h2d_bytes=int(pool.h2d), d2h_bytes=int(pool.d2h))
         if self._spill is not None:
             sp = self._spill
             self.stats.update(swapped_bytes=sp.out_bytes + sp.in_bytes, spilled_bytes=sp.disk_peak,

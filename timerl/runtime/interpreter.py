@@ -127,6 +127,10 @@ class Render:
     """Python source of a lowered program that runs it (see the module docstring)."""
 
     inline_blocks = True
+    #: how a block array is allocated (the cuda backend: from its device pool)
+    EMPTY = "np.empty"
+    #: the statement-kernel generator (:mod:`timerl.kernels.statement`; cuda: :mod:`timerl.kernels.cuda`)
+    kgen = statement
 
     def __init__(self, prog, pdg, bounds, seed, low, backend):
         self.prog, self.pdg, self.bounds, self.seed, self.low, self.backend = prog, pdg, bounds, seed, low, backend
@@ -276,7 +280,7 @@ class Render:
         self._assigned.update(names + [f"bn{n}"])
         L = [f"if {names[0]} is None:"]
         for j, (var, (sh, dt)) in enumerate(zip(names, st.outs)):
-            L.append(f"    {var} = np.empty({(st.length,) + tuple(sh)}, {self.sym(f'dt{n}_{j}', np.dtype(dt))})")
+            L.append(f"    {var} = {self.EMPTY}({(st.length,) + tuple(sh)}, {self.sym(f'dt{n}_{j}', np.dtype(dt))})")
         return L + [f"    live += {self.array_bytes(n)}"]
 
     def drop(self, n, key, var="v"):
@@ -367,7 +371,7 @@ class Render:
     def _render(self, seg, returned, outs=()):
         key = (tuple(seg), tuple(returned), tuple(outs))
         if key not in self._rendered:
-            self._rendered[key] = statement.render(self.pdg, seg, returned, outs)
+            self._rendered[key] = self.kgen.render(self.pdg, seg, returned, outs)
         return self._rendered[key]
 
     def outs(self, step):
@@ -403,6 +407,9 @@ class Render:
         """Lines raising ``peak`` to ``now`` when it is higher."""
         return [f"if {now} > peak:", f"    peak = {now}"]
 
+    def load_kernel(self, src):
+        return cpu.load(src)
+
     def kernel_call(self, step, own, args, info):
         kid = f"K{step.node}"
         k = self.key(own, own)
@@ -427,7 +434,7 @@ class Render:
         src, ext, consts, dims, keys = self._render(seg, returned, outs)
         kid = f"K{step.node}"
         self.kernels[kid] = src
-        self.ns[kid] = cpu.load(src)
+        self.ns[kid] = self.load_kernel(src)
         readers = {}
         for n in seg:
             for p, e in self.pdg.inputs(n):
@@ -891,6 +898,14 @@ class PlanRender(Render):
 RENDERERS = {"run": Render, "check": CheckRender, "plan": PlanRender}
 
 
+def renderer(mode, backend):
+    """The renderer class of a mode on a backend (cuda: :mod:`timerl.runtime.gpu`'s)."""
+    if backend == "cuda":
+        from . import gpu  # noqa: PLC0415 - imports numba.cuda: only for the cuda backend
+        return gpu.RENDERERS[mode]
+    return RENDERERS[mode]
+
+
 class Lowering:
     """One plan lowered (:func:`timerl.runtime.lowered.lower`) and rendered for one mode."""
 
@@ -913,11 +928,14 @@ class Lowering:
         return g.segments
 
     def build(self, frees):
+        kernels = self.backend in ("numba", "cuda")
+        # cuda: ops outside kernels run on the host on copies, so none writes into an operand's device buffer
         low = lower(self.pdg, self.groups, self.tree, self.donated, self.inline, self.kinds, frees, self.slots,
-                    self.segments if self.backend == "numba" else None, lambda n: in_place(self.pdg, n), self.single,
+                    self.segments if kernels else None,
+                    (lambda n: False) if self.backend == "cuda" else (lambda n: in_place(self.pdg, n)), self.single,
                     self.views, self.swaps)
         self.lowered, self.donated = low, low.donated
-        r = RENDERERS[self.mode](self.prog, self.pdg, self.bounds, self.seed, low, self.backend)
+        r = renderer(self.mode, self.backend)(self.prog, self.pdg, self.bounds, self.seed, low, self.backend)
         out = r.build()
         self.kernels, self.ns = r.kernels, r.ns
         return out

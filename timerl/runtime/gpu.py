@@ -1,0 +1,149 @@
+"""The ``cuda`` backend's rendering: the interpreter's lowered program with values on the device.
+
+The same lowered program (:mod:`timerl.runtime.lowered`) and schedule as the CPU backends;
+:class:`CudaMixin` changes where values live and what runs where:
+
+- statement kernels are :mod:`timerl.kernels.cuda`'s (``@cuda.jit`` kernels launched by a host
+  function), whose results are device arrays from the device pool
+  (:data:`timerl.kernels.cudart.POOL`);
+- block arrays (a rollout kept along ``t``) are device arrays of the pool, written row by row
+  by kernels; slots, cells and tables of points hold device arrays as the kernels return them;
+- everything else runs on the host: environment UDFs and sinks (their operands copied to the
+  host, a UDF's outputs copied to the device right after it returns, so an acting loop moves
+  one observation batch in and one action batch out per step), placeholders and accesses (no
+  data moved), and the few ops outside kernels, on copies. A block store of several blocks, a
+  ring, and a tensor the memory plan spills stay on the host (the spill: to disk), so a
+  spilled tensor leaves the device when it is written and comes back when a kernel reads it.
+
+``exe.stats`` gets ``peak_device_bytes`` (the pool's peak of base allocations), ``h2d_bytes``
+and ``d2h_bytes``.
+
+Runs on a GPU, or in numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1`` set before numba is
+first imported), where every thread is Python: tiny sizes only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.ops import Op
+from ..kernels import cuda as cuda_kernels
+from ..kernels import cudart
+from .interpreter import CheckRender, PlanRender, Render, gather
+
+
+def host_gather(store, out, ent, spatial, dtype):
+    """:func:`~timerl.runtime.interpreter.gather` of device values: stacked on the host."""
+    if out is None:
+        vals = {k: cudart.host(store[k]) for k in _keys(ent)}
+    else:
+        vals = {k: (cudart.host(store[k][out]),) for k in _keys(ent)}
+    return gather(vals, None if out is None else 0, ent, spatial, dtype)
+
+
+def _keys(ent):
+    import itertools  # noqa: PLC0415
+    return itertools.product(*[r if isinstance(r, range) else (r,) for r in ent])
+
+
+class CudaMixin:
+    """Hooks of :class:`~timerl.runtime.interpreter.Render` for values on the device."""
+
+    EMPTY = "POOL.empty"
+    kgen = cuda_kernels
+
+    def __init__(self, *a):
+        super().__init__(*a)
+        # rings copy their rows on every read: kept as host BlockStores
+        for n in [n for n, stg in self.run_arrays.items() if stg.kind == "circular"]:
+            del self.run_arrays[n]
+            self.arrays.pop(n, None)
+        self.ns.update(POOL=cudart.POOL, H=cudart.host, D=cudart.to_device, gather=host_gather)
+
+    def load_kernel(self, src):
+        return cuda_kernels.load(src)
+
+    def kernel_operand(self, p, e, shape, reader, own):
+        if not len(shape) and self.pdg.rec(p).op is Op.CONST:
+            return f"POOL.const({self.sym(f'c{p}_1', self.pdg.rec(p).attrs['value'].reshape(1))})"
+        return super().kernel_operand(p, e, shape, reader, own)
+
+    _on_host = False
+
+    def operand(self, n, p, e, own):
+        a = super().operand(n, p, e, own)
+        return f"H({a})" if self._on_host else a
+
+    def value(self, step, own):
+        n = step.node
+        node = self.pdg.rec(n)
+        if node.op in (Op.ACCESS, Op.MERGE, Op.DIM_VALUE):  # references (or a host int): nothing moves
+            return super().value(step, own)
+        if node.op is Op.CONST:
+            return [f"o = POOL.const({self.sym(f'c{n}', node.attrs['value'])})"], []
+        # the op runs on the host: its operands copied there, its value copied to the device
+        self._on_host = True
+        try:
+            L, args = super().value(step, own)
+        finally:
+            self._on_host = False
+        if node.op is not Op.SINK:
+            L.append("o = D(o)")
+        return L, args
+
+    def write(self, n, key, v="o"):
+        node = self.pdg.rec(n)
+        if n in self.spills or (n in self.blocks and n not in self.arrays):
+            v = f"H({v})"  # spilled (to disk) and host block stores
+        elif n in self.arrays and all(len(s) == 0 for s in node.shapes):
+            v = f"H({v})"  # a 0-d row of a device array: written from a host scalar
+        return super().write(n, key, v)
+
+    def _conv_call(self, kern, seg_ext, args, k):
+        try:
+            return kern(*args)
+        except (IndexError, ValueError, ZeroDivisionError) as err:
+            self._seg_fault(seg_ext, args, k, err)
+
+    def _seg_fault(self, seg_ext, args, k, err):
+        args = [cudart.host(a) if cudart.is_device(a) else a for a in args]
+        self._replay(seg_ext, args, k, False)
+        seg = seg_ext[0]
+        raise self._fault(f"the CUDA kernel of {[self.pdg.rec(m).name for m in seg]} failed at point "
+                          f"({self._where(seg[0], k)}): {err}", err)
+
+    @staticmethod
+    def _fault(msg, err):
+        from ..errors import RuntimeFault  # noqa: PLC0415
+        f = RuntimeFault(msg)
+        f.__cause__ = err
+        return f
+
+
+class CudaRender(CudaMixin, Render):
+    pass
+
+
+class CudaCheckRender(CudaMixin, CheckRender):
+    def kernel_call(self, step, own, args, info):
+        L = super().kernel_call(step, own, args, info)
+        # the check reads the kernel's results on the host
+        return [ln.replace("if not finite(r):", "if not finite(H(tuple(r))):") for ln in L]
+
+
+class CudaPlanRender(PlanRender):
+    """The planned peak with the CUDA kernels' temporaries."""
+
+    kgen = cuda_kernels
+
+
+RENDERERS = {"run": CudaRender, "check": CudaCheckRender, "plan": CudaPlanRender}
+
+
+def run_stats() -> dict:
+    """The device counters of the last run."""
+    p = cudart.POOL
+    return {"peak_device_bytes": int(p.peak), "h2d_bytes": int(p.h2d), "d2h_bytes": int(p.d2h)}
+
+
+__all__ = ["CudaRender", "RENDERERS", "run_stats", "np"]
