@@ -81,8 +81,12 @@ class Pool:
         self.allocs += 1
         if self.live > self.peak:
             self.peak = self.live
+        # the memory's owner: views of the array hold it (numba's device pointer, the simulator's numpy array)
         owner = getattr(arr, "_ary", None) if SIM else getattr(arr, "gpu_data", None)
-        weakref.finalize(owner if owner is not None else arr, self._release, nb)
+        try:
+            weakref.finalize(owner if owner is not None else arr, self._release, nb)
+        except TypeError:  # an owner without weak references: the array itself
+            weakref.finalize(arr, self._release, nb)
         return arr
 
     def _release(self, nb):
