@@ -43,7 +43,7 @@ import math
 import numpy as np
 from numba import cuda, float32, float64, int64, uint64  # noqa: F401
 from timerl.kernels.cudart import (M, POOL, REDUCE_CODE, argmax3, categorical1, check_flag, copy_into, dev,  # noqa: F401
-                                   gather1, gemm, grid, normal1, permutation1, point_key, reduce3, scatter1,
+                                   gather1, gemm, grid, normal1, permutation, point_key, reduce, reduce3, scatter1,
                                    uniform1)
 """
 
@@ -155,7 +155,7 @@ class Render(CpuRender):
         self.alloc(acc, (pre, post), node.dtype)
         x3 = f"{x}.reshape(({pre}, {count}, {post}))"
         if fn in REDUCE3:
-            self.emit(f"reduce3[grid({pre * post})]({x3}, {_code(fn)}, {acc})")
+            self.emit(f"reduce({x3}, {_code(fn)}, {acc})")
         else:  # argmax along one axis
             self.emit(f"argmax3[grid({pre * post})]({x3}, {acc})")
         self.emit(f"{v} = {acc}.reshape({st(node.shape)})")
@@ -261,7 +261,7 @@ class Render(CpuRender):
         elif dist == "permutation":
             b = self.fresh()
             self.alloc(b, (size,), np.uint64)
-            self.emit(f"permutation1[1, 1]({kb}, {b}, {vf})")
+            self.emit(f"permutation({kb}, {b}, {vf})")
         else:
             (p, e) = self.pdg.inputs(n)[0]
             lg, sl, _ = self.arg(p, e)
@@ -280,8 +280,6 @@ class Render(CpuRender):
             for p, _ in pdg.inputs(n):
                 if p in inseg and (runof[p] != runof[n] or p not in ew or n not in ew):
                     needed.add(p)
-        for k in range(len(self.ext)):  # operands not on the device yet (a UDF's output, a host scalar)
-            self.emit(f"x{k} = dev(x{k})")
         for r in runs:
             if r[0] in ew:
                 self.elementwise_run(r, needed)
@@ -300,6 +298,9 @@ class Render(CpuRender):
                 self.random(n)
             else:
                 self.movement(n)
+        # operands not on the device yet (a UDF's output, a host scalar), moved there first (the list of
+        # operands is complete once every member is rendered)
+        self.lines[:0] = [f"    x{k} = dev(x{k})" for k in range(len(self.ext))]
         for k, n in enumerate(self.outs):  # into the caller's rows (device views of its block array)
             self.emit(f"copy_into(o{k}, v{self.local[n]})")
         rets = [f"v{self.local[n]}" for n in self.returned]

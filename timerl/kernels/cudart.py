@@ -154,6 +154,23 @@ def copy_into(dst, src):
         _copy1[grid(n)](dev(src).reshape(n), dst.reshape(n))
 
 
+def dcopy(x):
+    """A device copy of ``x`` (a host value: itself, copied)."""
+    if not is_device(x):
+        return np.array(x)
+    out = POOL.empty(x.shape, x.dtype)
+    copy_into(out, x)
+    return out
+
+
+def dconcat(a, b):
+    """``a`` and ``b`` joined along their first axis, on the device."""
+    out = POOL.empty((a.shape[0] + b.shape[0],) + tuple(a.shape[1:]), a.dtype)
+    copy_into(out[:a.shape[0]], a)
+    copy_into(out[a.shape[0]:], b)
+    return out
+
+
 def check_flag(flag, what):
     """Raise IndexError when a kernel set ``flag[0]`` (an index out of range)."""
     if flag.copy_to_host()[0]:
@@ -318,6 +335,101 @@ def reduce3(x, fn, out):
 
 REDUCE_CODE = {"sum": 0, "mean": 1, "max": 2, "min": 3, "std": 4, "logsumexp": 5}
 
+#: threads of a block reducing one output (:func:`reduce3_wide`)
+RTPB = 8 if SIM else 256
+#: at least this many elements per output (and at most ``WIDE_OUTPUTS`` outputs), a reduction uses one
+#: block per output (:func:`reduce3_wide`) instead of one thread (:func:`reduce3`)
+WIDE_R = 64 if SIM else 2048
+WIDE_OUTPUTS = 4096
+
+
+@cuda.jit(device=True)
+def _block_combine(sh, v, fn):
+    """Combine the block's values ``v`` (sum for fn 0/1/4/5-second-pass, max for 2/5-first, min for 3)
+    through shared memory ``sh``; every thread gets the result."""
+    t = cuda.threadIdx.x
+    sh[t] = v
+    cuda.syncthreads()
+    s = RTPB // 2
+    while s > 0:
+        if t < s:
+            a = sh[t]
+            b = sh[t + s]
+            if fn == 2:
+                sh[t] = a if (a != a or a >= b) else b
+            elif fn == 3:
+                sh[t] = a if (a != a or a <= b) else b
+            else:
+                sh[t] = a + b
+        cuda.syncthreads()
+        s //= 2
+    r = sh[0]
+    cuda.syncthreads()
+    return r
+
+
+@cuda.jit
+def reduce3_wide(x, fn, out):
+    """As :func:`reduce3`, one block of ``RTPB`` threads per output (a long reduced axis). Sums are
+    added in another order than the CPU's (a tree): equal within float64 rounding."""
+    sh = cuda.shared.array(RTPB, float64)
+    A, R, C = x.shape
+    o = cuda.blockIdx.x
+    a = o // C
+    c = o - a * C
+    t = cuda.threadIdx.x
+    if fn == 2 or fn == 3:
+        m = float64(x[a, 0, c])
+        for r in range(t, R, RTPB):
+            v = float64(x[a, r, c])
+            if m == m and (v != v or (v > m if fn == 2 else v < m)):
+                m = v
+        m = _block_combine(sh, m, fn)
+        if t == 0:
+            out[a, c] = m
+        return
+    if fn == 5:
+        m = -math.inf
+        for r in range(t, R, RTPB):
+            v = float64(x[a, r, c])
+            if v > m or v != v:
+                m = v
+        m = _block_combine(sh, m, 2)
+        if math.isinf(m) or m != m:
+            m = 0.0
+        s = float64(0.0)
+        for r in range(t, R, RTPB):
+            s += math.exp(float64(x[a, r, c]) - m)
+        s = _block_combine(sh, s, 0)
+        if t == 0:
+            out[a, c] = math.log(s) + m
+        return
+    s = float64(0.0)
+    for r in range(t, R, RTPB):
+        s += x[a, r, c]
+    s = _block_combine(sh, s, 0)
+    if fn == 4:
+        mu = s / R
+        sq = float64(0.0)
+        for r in range(t, R, RTPB):
+            d = x[a, r, c] - mu
+            sq += d * d
+        sq = _block_combine(sh, sq, 0)
+        if t == 0:
+            out[a, c] = math.sqrt(sq / R)
+        return
+    if t == 0:
+        out[a, c] = s / R if fn == 1 else s
+
+
+def reduce(x3, fn, out2):
+    """``out2[a, c]`` = reduction ``fn`` (a :data:`REDUCE_CODE`) of ``x3[a, :, c]``."""
+    A, R, C = x3.shape
+    if R >= WIDE_R and A * C <= WIDE_OUTPUTS:
+        reduce3_wide[A * C, RTPB](x3, fn, out2)
+    else:
+        reduce3[grid(A * C)](x3, fn, out2)
+
 
 @cuda.jit
 def argmax3(x, out):
@@ -374,19 +486,42 @@ def categorical1(kb, logits, A, out):
         out[q] = bi
 
 
+#: threads per block of the permutation's ranking kernel
+PTPB = 8 if SIM else 128
+
+
 @cuda.jit
-def permutation1(kb, bits, out):
-    """The stable argsort of one key's bits (timerl.ir.rng's permutation), in one thread."""
-    if cuda.grid(1) != 0:
-        return
-    n = out.shape[0]
-    for q in range(n):
+def _perm_bits(kb, bits):
+    q = cuda.grid(1)
+    if q < bits.shape[0]:
         bits[q] = dbits(kb, q)
-        out[q] = q
-    for q in range(1, n):  # insertion sort: stable
-        j = q
-        cur = out[q]
-        while j > 0 and bits[out[j - 1]] > bits[cur]:
-            out[j] = out[j - 1]
-            j -= 1
-        out[j] = cur
+
+
+@cuda.jit
+def _perm_rank(bits, out):
+    """out[rank of q] = q, the rank by (bits, index): the stable argsort, one thread per element,
+    every element's bits streamed through shared memory in tiles (n^2 comparisons, in parallel)."""
+    sh = cuda.shared.array(PTPB, uint64)
+    n = bits.shape[0]
+    t = cuda.threadIdx.x
+    q = cuda.blockIdx.x * PTPB + t
+    mine = bits[q] if q < n else uint64(0)
+    rank = 0
+    for start in range(0, n, PTPB):
+        if start + t < n:
+            sh[t] = bits[start + t]
+        cuda.syncthreads()
+        for j in range(min(PTPB, n - start)):
+            b = sh[j]
+            if b < mine or (b == mine and start + j < q):
+                rank += 1
+        cuda.syncthreads()
+    if q < n:
+        out[rank] = q
+
+
+def permutation(kb, bits, out):
+    """timerl.ir.rng's permutation draw (the stable argsort of one key's bits) into ``out``."""
+    n = out.shape[0]
+    _perm_bits[grid(n)](kb, bits)
+    _perm_rank[(n + PTPB - 1) // PTPB, PTPB](bits, out)

@@ -11,9 +11,9 @@ The same lowered program (:mod:`timerl.runtime.lowered`) and schedule as the CPU
 - everything else runs on the host: environment UDFs and sinks (their operands copied to the
   host, a UDF's outputs copied to the device right after it returns, so an acting loop moves
   one observation batch in and one action batch out per step), placeholders and accesses (no
-  data moved), and the few ops outside kernels, on copies. A block store of several blocks, a
-  ring, and a tensor the memory plan spills stay on the host (the spill: to disk), so a
-  spilled tensor leaves the device when it is written and comes back when a kernel reads it.
+  data moved), and the few ops outside kernels, on copies. A tensor the memory plan spills is
+  written to the host (and its spill file) when it is made, and comes back to the device when a
+  kernel reads it.
 
 ``exe.stats`` gets ``peak_device_bytes`` (the pool's peak of base allocations), ``h2d_bytes``
 and ``d2h_bytes``.
@@ -30,6 +30,24 @@ from ..ir.ops import Op
 from ..kernels import cuda as cuda_kernels
 from ..kernels import cudart
 from .interpreter import CheckRender, PlanRender, Render, gather
+from .stores import BlockStore
+
+
+class DeviceBlockStore(BlockStore):
+    """A block store or ring whose arrays are device arrays of the pool."""
+
+    __slots__ = ()
+
+    @staticmethod
+    def _empty(shape, dtype):
+        return cudart.POOL.empty(shape, dtype)
+
+    @staticmethod
+    def _proto(v):
+        return (tuple(v.shape), np.dtype(v.dtype)) if cudart.is_device(v) else BlockStore._proto(v)
+
+    _copy = staticmethod(cudart.dcopy)
+    _concat = staticmethod(cudart.dconcat)
 
 
 def host_gather(store, out, ent, spatial, dtype):
@@ -51,10 +69,11 @@ class CudaMixin:
 
     EMPTY = "POOL.empty"
     kgen = cuda_kernels
+    block_store = DeviceBlockStore
 
     def __init__(self, *a):
         super().__init__(*a)
-        # rings copy their rows on every read: kept as host BlockStores
+        # rings copy their rows on every read: kept as DeviceBlockStore objects
         for n in [n for n, stg in self.run_arrays.items() if stg.kind == "circular"]:
             del self.run_arrays[n]
             self.arrays.pop(n, None)
@@ -93,9 +112,9 @@ class CudaMixin:
 
     def write(self, n, key, v="o"):
         node = self.pdg.rec(n)
-        if n in self.spills or (n in self.blocks and n not in self.arrays):
-            v = f"H({v})"  # spilled (to disk) and host block stores
-        elif n in self.arrays and all(len(s) == 0 for s in node.shapes):
+        if n in self.spills:
+            v = f"H({v})"  # spilled: kept on the host (and on disk)
+        elif n in self.blocks and all(len(s) == 0 for s in node.shapes):
             v = f"H({v})"  # a 0-d row of a device array: written from a host scalar
         return super().write(n, key, v)
 

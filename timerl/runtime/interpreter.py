@@ -131,6 +131,8 @@ class Render:
     EMPTY = "np.empty"
     #: the statement-kernel generator (:mod:`timerl.kernels.statement`; cuda: :mod:`timerl.kernels.cuda`)
     kgen = statement
+    #: the class of block stores and rings kept as objects (cuda: on the device)
+    block_store = BlockStore
 
     def __init__(self, prog, pdg, bounds, seed, low, backend):
         self.prog, self.pdg, self.bounds, self.seed, self.low, self.backend = prog, pdg, bounds, seed, low, backend
@@ -565,7 +567,7 @@ class Render:
             if n in self.spills:
                 self.ns[f"s{n}"] = SpillStore(self.spills[n], self.session, plan=self.counts_only)
                 continue
-            self.ns[f"s{n}"] = {} if st is None else BlockStore(
+            self.ns[f"s{n}"] = {} if st is None else self.block_store(
                 st.pos, st.lo, st.length, st.shape, st.dtype, ring=st.kind == "circular", plan=self.counts_only,
                 outs=st.outs)
         # the spill session last: its files go once the stores are cleared

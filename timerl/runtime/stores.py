@@ -42,11 +42,11 @@ class BlockStore:
             if self.plan:
                 arr, nb = None, self.length * v
             elif self.outs is not None:
-                arr = [np.empty((self.length,) + sh, dt) for sh, dt in self.outs]
+                arr = [self._empty((self.length,) + sh, dt) for sh, dt in self.outs]
                 nb = sum(a.nbytes for a in arr)
             else:
-                v = np.asarray(v)
-                arr = np.empty((self.length,) + v.shape, v.dtype)
+                shape, dtype = self._proto(v)
+                arr = self._empty((self.length,) + shape, dtype)
                 nb = arr.nbytes
             b = self.blocks[ok] = [arr, 0, [None] * self.length, nb]
             added = nb
@@ -92,8 +92,8 @@ class BlockStore:
         ok, i = self._at(k)
         arr = self.blocks[ok][0]
         if self.outs is not None:
-            return tuple(a[i].copy() if self.ring else a[i] for a in arr)
-        return arr[i].copy() if self.ring else arr[i]
+            return tuple(self._copy(a[i]) if self.ring else a[i] for a in arr)
+        return self._copy(arr[i]) if self.ring else arr[i]
 
     def gather(self, ent, out=None):
         """The points ``ent`` covers (ints, and one ``range`` along the block's dim), stacked
@@ -110,11 +110,29 @@ class BlockStore:
             return arr[a:a + n]
         a %= self.length
         if a + n <= self.length:
-            return arr[a:a + n].copy()
-        return np.concatenate((arr[a:], arr[:a + n - self.length]))
+            return self._copy(arr[a:a + n])
+        return self._concat(arr[a:], arr[:a + n - self.length])
 
     def clear(self):
         self.blocks.clear()
+
+    # where the arrays live (DeviceBlockStore: on the cuda backend's device)
+    @staticmethod
+    def _empty(shape, dtype):
+        return np.empty(shape, dtype)
+
+    @staticmethod
+    def _proto(v):
+        v = np.asarray(v)
+        return v.shape, v.dtype
+
+    @staticmethod
+    def _copy(x):
+        return x.copy()
+
+    @staticmethod
+    def _concat(a, b):
+        return np.concatenate((a, b))
 
     def __len__(self):
         return len(self.blocks)
