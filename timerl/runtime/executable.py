@@ -42,11 +42,14 @@ class Executable:
         pdg: the optimized dependence graph (a ``networkx.MultiDiGraph``).
         stats: a dict, filled by ``run()``: ``peak_bytes`` (peak of live bytes by base buffer:
             views cost nothing, kernels' temporaries count while they run, a spilled value
-            nothing while it is on disk), ``peak_host_bytes``, ``compile_seconds`` (a dict per
+            nothing while it is on disk), ``peak_host_bytes`` (cuda: the most bytes swapped off the
+            device at once), ``compile_seconds`` (a dict per
             stage), ``run_seconds``, ``kernels`` (generated kernels), ``swapped_bytes`` (bytes
             written to spill files plus bytes read back), ``spilled_bytes`` (the most bytes on
             disk at once), ``swap_seconds`` (time writing spill files and waiting for reads),
-            ``planned_peak_bytes``, ``statements``, ``donations``.
+            ``planned_peak_bytes``, ``statements``, ``donations``; on ``"cuda"`` also
+            ``peak_device_bytes`` (the device pool's peak of base allocations, kernel temporaries
+            included), ``h2d_bytes`` and ``d2h_bytes`` (bytes copied to and from the device).
         backend, bounds, seed, source: how it was compiled (``source``: the lowered Python).
 
         exe = prog.compile(bounds={"T": 4}, backend="numpy")
@@ -118,6 +121,8 @@ class Executable:
         self.stats["peak_bytes"] = self._mem()[1]
         if pool is not None:
             self.stats.update(peak_device_bytes=int(pool.peak), h2d_bytes=int(pool.h2d), d2h_bytes=int(pool.d2h))
+            # what left the device for its spill files: the most bytes held off the device at once
+            self.stats["peak_host_bytes"] = self._spill.disk_peak if self._spill is not None else 0
         if self._spill is not None:
             sp = self._spill
             self.stats.update(swapped_bytes=sp.out_bytes + sp.in_bytes, spilled_bytes=sp.disk_peak,

@@ -11,9 +11,10 @@ The same lowered program (:mod:`timerl.runtime.lowered`) and schedule as the CPU
 - everything else runs on the host: environment UDFs and sinks (their operands copied to the
   host, a UDF's outputs copied to the device right after it returns, so an acting loop moves
   one observation batch in and one action batch out per step), placeholders and accesses (no
-  data moved), and the few ops outside kernels, on copies. A tensor the memory plan spills is
-  written to the host (and its spill file) when it is made, and comes back to the device when a
-  kernel reads it.
+  data moved), and the few ops outside kernels, on copies;
+- a tensor the memory plan spills (:class:`DeviceSpillStore`) is on the device from its write to
+  its swap-out and from its swap-in to its free, as the plan counts it: a swap-out copies it to
+  the host and its spill file, a swap-in (or a prefetch, read on the spill worker thread) back.
 
 ``exe.stats`` gets ``peak_device_bytes`` (the pool's peak of base allocations), ``h2d_bytes``
 and ``d2h_bytes``.
@@ -30,6 +31,7 @@ from ..ir.ops import Op
 from ..kernels import cuda as cuda_kernels
 from ..kernels import cudart
 from .interpreter import CheckRender, PlanRender, Render, gather
+from .spill import SpillStore
 from .stores import BlockStore
 
 
@@ -48,6 +50,19 @@ class DeviceBlockStore(BlockStore):
 
     _copy = staticmethod(cudart.dcopy)
     _concat = staticmethod(cudart.dconcat)
+
+
+class DeviceSpillStore(SpillStore):
+    """A spilled tensor whose points live on the device while in memory: a swap-out copies a
+    point to the host and writes it to its spill file, freeing its device array; a swap-in reads
+    the file (a prefetch: on the spill worker thread) and copies the unit back to the device."""
+
+    _own = staticmethod(cudart.dcopy)
+    _host = staticmethod(cudart.host)
+
+    @staticmethod
+    def _mem(a):
+        return cudart.POOL.to_device(a)
 
 
 def host_gather(store, out, ent, spatial, dtype):
@@ -70,6 +85,7 @@ class CudaMixin:
     EMPTY = "POOL.empty"
     kgen = cuda_kernels
     block_store = DeviceBlockStore
+    spill_store = DeviceSpillStore
 
     def __init__(self, *a):
         super().__init__(*a)
@@ -112,9 +128,7 @@ class CudaMixin:
 
     def write(self, n, key, v="o"):
         node = self.pdg.rec(n)
-        if n in self.spills:
-            v = f"H({v})"  # spilled: kept on the host (and on disk)
-        elif n in self.blocks and all(len(s) == 0 for s in node.shapes):
+        if (n in self.blocks or n in self.spills) and all(len(s) == 0 for s in node.shapes):
             v = f"H({v})"  # a 0-d row of a device array: written from a host scalar
         return super().write(n, key, v)
 

@@ -133,6 +133,7 @@ class Render:
     kgen = statement
     #: the class of block stores and rings kept as objects (cuda: on the device)
     block_store = BlockStore
+    spill_store = SpillStore
 
     def __init__(self, prog, pdg, bounds, seed, low, backend):
         self.prog, self.pdg, self.bounds, self.seed, self.low, self.backend = prog, pdg, bounds, seed, low, backend
@@ -565,7 +566,7 @@ class Render:
                 continue
             st = self.blocks.get(n)
             if n in self.spills:
-                self.ns[f"s{n}"] = SpillStore(self.spills[n], self.session, plan=self.counts_only)
+                self.ns[f"s{n}"] = self.spill_store(self.spills[n], self.session, plan=self.counts_only)
                 continue
             self.ns[f"s{n}"] = {} if st is None else self.block_store(
                 st.pos, st.lo, st.length, st.shape, st.dtype, ring=st.kind == "circular", plan=self.counts_only,

@@ -161,7 +161,7 @@ class SpillStore:
     # writes and swap-outs -------------------------------------------------------------------
     def put(self, k, v) -> int:
         if self.block and not self.plan:  # a row must not alias a buffer that changes (a block store copies)
-            v = tuple(np.array(x) for x in v) if self.multi else np.array(v)
+            v = tuple(self._own(x) for x in v) if self.multi else self._own(v)
         self.rows[k] = v
         if not self.block:
             self.held[k] = self.total
@@ -183,7 +183,7 @@ class SpillStore:
             f[1].add(row)
             for j, x in enumerate(vs):
                 if keep[j] and not self.plan:
-                    self.session.write(f[0], x, self.length * self.offsets[j] + row * self.sizes[j])
+                    self.session.write(f[0], self._host(x), self.length * self.offsets[j] + row * self.sizes[j])
         else:
             slot = self.slots.pop() if self.slots else self.n_slots
             self.n_slots = max(self.n_slots, slot + 1)
@@ -192,7 +192,7 @@ class SpillStore:
                 self.fd = self.session.open(f"S{self.sw.node}.points")
             for j, x in enumerate(vs):
                 if keep[j] and not self.plan:
-                    self.session.write(self.fd, x, slot * self.total + self.offsets[j])
+                    self.session.write(self.fd, self._host(x), slot * self.total + self.offsets[j])
         if not self.plan:
             self.session.moved(out=size, disk=size, seconds=time.perf_counter() - t0)
         return nb
@@ -223,6 +223,8 @@ class SpillStore:
 
             def done():
                 self.files.append(fd)
+                if arrays is not None:
+                    self.blocks[u][0] = [None if a is None else self._mem(a) for a in arrays]
         else:
             slot, keep = self.disk.pop(u)
             nb = on_disk = sum(s for s, kp in zip(self.sizes, keep) if kp)
@@ -233,6 +235,9 @@ class SpillStore:
 
             def done():
                 self.slots.append(slot)
+                if not self.plan:
+                    got = [None if a is None else self._mem(a) for a in vals]
+                    self.rows[u] = tuple(got) if self.multi else got[0]
 
         if self.plan:
             return nb
@@ -289,6 +294,22 @@ class SpillStore:
             self.wait(u)
         a = r.start - self.lo
         return self.blocks[u][0][j][a:a + len(r)]
+
+    # where values in memory live (DeviceSpillStore: on the cuda backend's device)
+    @staticmethod
+    def _own(x):
+        """A copy of a written row that no later write changes."""
+        return np.array(x)
+
+    @staticmethod
+    def _host(x):
+        """``x`` as a host array, to write to its file."""
+        return x
+
+    @staticmethod
+    def _mem(a):
+        """A host array read back from its file, where values in memory live."""
+        return a
 
     def free(self, k) -> int:
         """The point's bytes leave memory: a point's own, a block's when its last row goes."""
