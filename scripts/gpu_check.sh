@@ -31,7 +31,7 @@ print("numba", numba.__version__, "numpy", numpy.__version__, "torch", torch.__v
 EOF
 
 echo "== GPU tests"
-timeout 70 $PY -m pytest -q -p no:cacheprovider tests/test_cuda.py 2>&1 | tail -25
+timeout 90 $PY -m pytest -q -rA -p no:cacheprovider tests/test_cuda.py 2>&1 | tail -25
 
 PPO="ppo --env trivial --obs-shape 3,4,4 --num-envs 512 --num-steps 250 --hidden 64 --layers 2 --epochs 1 --minibatches 1"
 RF="reinforce --env trivial --obs-shape 3,64,64 --num-envs 64 --num-steps 500 --per-step True"
@@ -48,11 +48,11 @@ run() {  # label, limit, command...: one JSON line appended to bench.jsonl
         echo "failed or timed out ($limit s):"; tail -15 "$OUT/$label.err"
     fi
 }
-run ppo-timerl-cuda 75 $PY -m timerl bench $PPO --iterations 2 --backend cuda
-run ppo-torch-cuda 30 $PY -m asv_benchmarks.baselines.torch_eager $PPO --iterations 2 --device cuda
-run rf-timerl-cuda-budget 40 $PY -m timerl bench $RF --iterations 2 --backend cuda --memory-budget $BUDGET
-run rf-timerl-cuda 40 $PY -m timerl bench $RF --iterations 2 --backend cuda
-run rf-torch-cuda 30 $PY -m asv_benchmarks.baselines.torch_eager $RF --iterations 2 --device cuda
+run ppo-timerl-cuda 70 $PY -m timerl bench $PPO --iterations 2 --backend cuda
+run ppo-torch-cuda 25 $PY -m asv_benchmarks.baselines.torch_eager $PPO --iterations 2 --device cuda
+run rf-timerl-cuda-budget 35 $PY -m timerl bench $RF --iterations 2 --backend cuda --memory-budget $BUDGET
+run rf-timerl-cuda 35 $PY -m timerl bench $RF --iterations 2 --backend cuda
+run rf-torch-cuda 25 $PY -m asv_benchmarks.baselines.torch_eager $RF --iterations 2 --device cuda
 
 echo "== summary (s/iter: median of iterations 2..N; peak device MiB: timerl's device pool, torch's max_memory_allocated)"
 $PY - "$OUT/bench.jsonl" <<'EOF'
