@@ -4,7 +4,7 @@
 #   2. `timerl bench` on the trivial env at the paper's setting (PPO, 512 x 250, obs 3x4x4, 2 x 64 MLP,
 #      one full-batch update) and REINFORCE at obs 3x64x64 (64 x 500; Monte-Carlo per step, without and
 #      with a memory budget of a quarter of its planned peak), each beside PyTorch eager on the same GPU.
-# Usage: scripts/gpu_check.sh [OUT_DIR]. Packages the machine lacks can be put as wheels in .gpu_wheels/
+# Usage: scripts/gpu_check.sh [OUT_DIR] (PROFILE=1: also a cProfile of the PPO run). Packages the machine lacks can be put as wheels in .gpu_wheels/
 # (installed with --no-deps; e.g. islpy, gymnasium, farama-notifications, and numpy 2.4 where the
 # machine's numba predates numpy 2.5).
 # Each step has its own time limit; a failing step is reported and the next one runs.
@@ -31,7 +31,7 @@ print("numba", numba.__version__, "numpy", numpy.__version__, "torch", torch.__v
 EOF
 
 echo "== GPU tests"
-timeout 90 $PY -m pytest -q -rA -p no:cacheprovider tests/test_cuda.py 2>&1 | tail -25
+timeout 120 $PY -m pytest -q -rA -p no:cacheprovider tests/test_cuda.py 2>&1 | tail -25
 
 PPO="ppo --env trivial --obs-shape 3,4,4 --num-envs 512 --num-steps 250 --hidden 64 --layers 2 --epochs 1 --minibatches 1"
 RF="reinforce --env trivial --obs-shape 3,64,64 --num-envs 64 --num-steps 500 --per-step True"
@@ -48,11 +48,16 @@ run() {  # label, limit, command...: one JSON line appended to bench.jsonl
         echo "failed or timed out ($limit s):"; tail -15 "$OUT/$label.err"
     fi
 }
-run ppo-timerl-cuda 70 $PY -m timerl bench $PPO --iterations 2 --backend cuda
-run ppo-torch-cuda 25 $PY -m asv_benchmarks.baselines.torch_eager $PPO --iterations 2 --device cuda
-run rf-timerl-cuda-budget 35 $PY -m timerl bench $RF --iterations 2 --backend cuda --memory-budget $BUDGET
-run rf-timerl-cuda 35 $PY -m timerl bench $RF --iterations 2 --backend cuda
-run rf-torch-cuda 25 $PY -m asv_benchmarks.baselines.torch_eager $RF --iterations 2 --device cuda
+run ppo-timerl-cuda 60 $PY -m timerl bench $PPO --iterations 2 --backend cuda
+run ppo-torch-cuda 20 $PY -m asv_benchmarks.baselines.torch_eager $PPO --iterations 2 --device cuda
+run rf-timerl-cuda-budget 50 $PY -m timerl bench $RF --iterations 2 --backend cuda --memory-budget $BUDGET
+run rf-timerl-cuda 30 $PY -m timerl bench $RF --iterations 2 --backend cuda
+run rf-torch-cuda 20 $PY -m asv_benchmarks.baselines.torch_eager $RF --iterations 2 --device cuda
+
+if [ "${PROFILE:-0}" = 1 ]; then  # where a PPO iteration's time goes (host side), PROFILE=1
+    echo "== profile"
+    timeout 90 $PY -m cProfile -s tottime -m timerl bench $PPO --iterations 2 --backend cuda 2>&1 | head -45
+fi
 
 echo "== summary (s/iter: median of iterations 2..N; peak device MiB: timerl's device pool, torch's max_memory_allocated)"
 $PY - "$OUT/bench.jsonl" <<'EOF'
