@@ -34,12 +34,7 @@ def test_broadcasting_chains_run_in_cuda_kernels_and_match_numpy(layout, dtype):
         params = src.split("\ndef kernel(", 1)[1].split(")", 1)[0].split(", ")
         assert all(f"    {x} = dev({x})" in src for x in params if x.startswith("x")), src
     assert exe.stats["peak_device_bytes"] > 0
-    tol = 2e-6 if dtype == "float32" else 1e-12
-    for key, exp in expected.items():
-        for pt in (0, 1):
-            v = got[key][pt]
-            assert v.shape == exp[pt].shape and v.dtype == np.dtype(dtype), (key, v.shape, v.dtype)
-            np.testing.assert_allclose(v, exp[pt], rtol=tol, atol=tol, err_msg=f"shapes {key} at i = {pt}")
+    tb.assert_chains(expected, got, dtype)
 
 
 def _draws():

@@ -36,13 +36,13 @@ import numpy as np
 
 from ..ir.ops import Op
 from . import cache
-from .statement import REDUCE3, Render as CpuRender, gathers, operand_index, scalar_template, st
+from .statement import Render as CpuRender, gathers, operand_index, scalar_template, st
 
 PRELUDE = """# timerl CUDA statement kernel
 import math
 import numpy as np
 from numba import cuda, float32, float64, int64, uint64  # noqa: F401
-from timerl.kernels.cudart import (M, POOL, REDUCE_CODE, argmax3, categorical1, check_flag, copy_into, dev,  # noqa: F401
+from timerl.kernels.cudart import (M, POOL, REDUCE_CODE, categorical1, check_flag, copy_into, dev,  # noqa: F401
                                    gather1, gemm, grid, normal1, permutation, point_key, reduce, reduce3, scatter1,
                                    uniform1)
 """
@@ -91,19 +91,14 @@ class Render(CpuRender):
         names = [f"j{a}" for a in range(len(shape))]
         body = ["i = cuda.grid(1)", f"if i >= {size}:", "    return"] + _unravel(names, shape)
         inrun, params = {}, []
+        def ref(nm, s):
+            if nm not in params:
+                params.append(nm)
+            return f"{nm}[{operand_index(s, target, names) if len(s) else '0'}]"
+
         for n in run:
             node = self.pdg.rec(n)
-            args, dts = [], []
-            for p, e in self.pdg.inputs(n):
-                if p in inrun:
-                    args.append(inrun[p])
-                    dts.append(np.dtype(self.pdg.rec(p).dtype))
-                    continue
-                nm, s, d = self.arg(p, e)
-                dts.append(d)
-                if nm not in params:
-                    params.append(nm)
-                args.append(f"{nm}[{operand_index(s, target, names) if len(s) else '0'}]")
+            args, dts = self.scalar_args(n, inrun, ref)
             expr = cuda_template(node, dts).format(*args)
             dt = np.dtype(node.dtype)
             t = f"t{self.local[n]}"
@@ -154,10 +149,7 @@ class Render(CpuRender):
         acc = self.fresh()
         self.alloc(acc, (pre, post), node.dtype)
         x3 = f"{x}.reshape(({pre}, {count}, {post}))"
-        if fn in REDUCE3:
-            self.emit(f"reduce({x3}, {_code(fn)}, {acc})")
-        else:  # argmax along one axis
-            self.emit(f"argmax3[grid({pre * post})]({x3}, {acc})")
+        self.emit(f"reduce({x3}, {_code(fn)}, {acc})")  # (argmax: along one axis)
         self.emit(f"{v} = {acc}.reshape({st(node.shape)})")
 
     def flag(self):
@@ -223,17 +215,9 @@ class Render(CpuRender):
             return
         idx = gathers(self.pdg, n)
         self.alloc(v, out, node.dtype)
-        if node.op is Op.CONCAT:
-            for (p, e), g in zip(self.pdg.inputs(n), idx):
-                x, s, _ = self.arg(p, e)
-                c = self.const(g)
-                m = int(np.prod(st(s)))
-                self.emit(f"scatter1[grid({m})]({x}.reshape({m}), POOL.const({c}), {v}.reshape({size}))")
-            return
-        (p, e) = self.pdg.inputs(n)[0]
-        x, s, _ = self.arg(p, e)
-        c = self.const(idx[0])
-        self.emit(f"gather1[grid({size})]({x}.reshape({int(np.prod(st(s)))}), POOL.const({c}), {v}.reshape({size}))")
+        for kind, x, m, c in self.index_moves(n, idx):  # a scatter's threads cover its operand
+            self.emit(f"{kind}1[grid({m if kind == 'scatter' else size})]({x}.reshape({m}), POOL.const({c}), "
+                      f"{v}.reshape({size}))")
 
     def random(self, n):
         node = self.pdg.rec(n)
@@ -270,34 +254,12 @@ class Render(CpuRender):
 
     # whole segment -----------------------------------------------------------------
     def source(self):
-        pdg, seg = self.pdg, self.seg
-        inseg = set(seg)
-        ew = {n for n in seg if pdg.rec(n).op in (Op.UNARY, Op.BINARY, Op.WHERE, Op.CAST)}
-        runs = self.runs(ew)
-        runof = {n: i for i, r in enumerate(runs) for n in r}
-        needed = set(self.returned) | set(self.outs)
-        for n in seg:
-            for p, _ in pdg.inputs(n):
-                if p in inseg and (runof[p] != runof[n] or p not in ew or n not in ew):
-                    needed.add(p)
+        ew, runs, needed = self.plan_runs()
         for r in runs:
             if r[0] in ew:
                 self.elementwise_run(r, needed)
                 continue
-            (n,) = r
-            op = pdg.rec(n).op
-            if op is Op.MATMUL:
-                self.matmul(n)
-            elif op is Op.REDUCE:
-                self.reduce(n)
-            elif op is Op.TAKE:
-                self.take(n)
-            elif op is Op.ONE_HOT:
-                self.one_hot(n)
-            elif op is Op.RANDOM:
-                self.random(n)
-            else:
-                self.movement(n)
+            self.member(r[0])
         # operands not on the device yet (a UDF's output, a host scalar), moved there first (the list of
         # operands is complete once every member is rendered)
         self.lines[:0] = [f"    x{k} = dev(x{k})" for k in range(len(self.ext))]

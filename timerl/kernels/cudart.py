@@ -288,7 +288,7 @@ def gemm(a, b, out):
 
 # reductions of x[a, r, c] over r into out[a, c], one thread per (a, c), float64 accumulators
 # (the CPU kernels' helpers, timerl/kernels/scalar.py, element for element); fn: 0 sum, 1 mean,
-# 2 max, 3 min, 4 std, 5 logsumexp
+# 2 max, 3 min, 4 std, 5 logsumexp, 6 argmax (the first index of the maximum; the first NaN if any)
 @cuda.jit
 def reduce3(x, fn, out):
     i = cuda.grid(1)
@@ -297,7 +297,16 @@ def reduce3(x, fn, out):
         return
     a = i // C
     c = i - a * C
-    if fn <= 1:
+    if fn == 6:
+        best = x[a, 0, c]
+        bi = 0
+        for r in range(1, R):
+            v = x[a, r, c]
+            if best == best and (v > best or v != v):
+                best = v
+                bi = r
+        out[a, c] = bi
+    elif fn <= 1:
         s = float64(0.0)
         for r in range(R):
             s += x[a, r, c]
@@ -333,7 +342,7 @@ def reduce3(x, fn, out):
         out[a, c] = math.log(s) + m
 
 
-REDUCE_CODE = {"sum": 0, "mean": 1, "max": 2, "min": 3, "std": 4, "logsumexp": 5}
+REDUCE_CODE = {"sum": 0, "mean": 1, "max": 2, "min": 3, "std": 4, "logsumexp": 5, "argmax": 6}
 
 #: threads of a block reducing one output (:func:`reduce3_wide`)
 RTPB = 8 if SIM else 256
@@ -425,29 +434,10 @@ def reduce3_wide(x, fn, out):
 def reduce(x3, fn, out2):
     """``out2[a, c]`` = reduction ``fn`` (a :data:`REDUCE_CODE`) of ``x3[a, :, c]``."""
     A, R, C = x3.shape
-    if R >= WIDE_R and A * C <= WIDE_OUTPUTS:
+    if R >= WIDE_R and A * C <= WIDE_OUTPUTS and fn != 6:
         reduce3_wide[A * C, RTPB](x3, fn, out2)
     else:
         reduce3[grid(A * C)](x3, fn, out2)
-
-
-@cuda.jit
-def argmax3(x, out):
-    """out[a, c] = the first index of the maximum of x[a, :, c] (the first NaN if any)."""
-    i = cuda.grid(1)
-    A, R, C = x.shape
-    if i >= A * C:
-        return
-    a = i // C
-    c = i - a * C
-    best = x[a, 0, c]
-    bi = 0
-    for r in range(1, R):
-        v = x[a, r, c]
-        if best == best and (v > best or v != v):
-            best = v
-            bi = r
-    out[a, c] = bi
 
 
 @cuda.jit

@@ -349,22 +349,15 @@ class Render:
         else:
             names, depth = self.loops(target)
         inrun = {}
+
+        def ref(nm, s):
+            if flat:
+                return f"{nm}[0]" if not len(s) else (f"{views[nm]}[{names[0]}]" if len(target) > 1 else f"{nm}[{names[0]}]")
+            return f"{nm}[{operand_index(s, target, names)}]"
+
         for n in run:
             node = self.pdg.rec(n)
-            args = []
-            dts = []
-            for p, e in self.pdg.inputs(n):
-                if p in inrun:
-                    args.append(inrun[p])
-                    dts.append(np.dtype(self.pdg.rec(p).dtype))
-                    continue
-                nm, s, d = self.arg(p, e)
-                dts.append(d)
-                if flat:
-                    ref = f"{nm}[0]" if not len(s) else (f"{views[nm]}[{names[0]}]" if len(target) > 1 else f"{nm}[{names[0]}]")
-                else:
-                    ref = f"{nm}[{operand_index(s, target, names)}]"
-                args.append(ref)
+            args, dts = self.scalar_args(n, inrun, ref)
             t = f"t{self.local[n]}"
             expr = scalar_template(node, dts).format(*args)
             dt = np.dtype(node.dtype)
@@ -379,6 +372,21 @@ class Render:
         body = self.lines[body_start:]
         del self.lines[body_start:]
         return params, body
+
+    def scalar_args(self, n, inrun, ref):
+        """``(operand expressions, dtypes)`` of elementwise member ``n`` in a loop nest: a member
+        computed earlier in the nest by its scalar ``inrun[p]``, an array operand as ``ref(name,
+        shape)`` formats it."""
+        args, dts = [], []
+        for p, e in self.pdg.inputs(n):
+            if p in inrun:
+                args.append(inrun[p])
+                dts.append(np.dtype(self.pdg.rec(p).dtype))
+                continue
+            nm, s, d = self.arg(p, e)
+            dts.append(d)
+            args.append(ref(nm, s))
+        return args, dts
 
     def call_runs(self, group):
         """One function of the loop nests ``group`` (consecutive runs: [(params, body)]), called here."""
@@ -554,16 +562,22 @@ class Render:
         idx = gathers(self.pdg, n)
         self.emit(f"{v} = np.empty({out}, np.{dt})")
         self.emit(f"{v}f = {v}.reshape({size})")
-        if node.op is Op.CONCAT:
-            for (p, e), g in zip(self.pdg.inputs(n), idx):
-                x, s, _ = self.arg(p, e)
-                c = self.const(g)
-                self.emit(f"scatter({x}.reshape({int(np.prod(st(s)))}), {c}, {v}f)")
-            return
-        (p, e) = self.pdg.inputs(n)[0]
-        x, s, _ = self.arg(p, e)
-        c = self.const(idx[0])
-        self.emit(f"gather({x}.reshape({int(np.prod(st(s)))}), {c}, {v}f)")
+        for kind, x, m, c in self.index_moves(n, idx):
+            self.emit(f"{kind}({x}.reshape({m}), {c}, {v}f)")
+
+    def index_moves(self, n, idx):
+        """``(kind, operand, its size, index constant)`` per operand of movement op ``n``: a
+        ``scatter`` of each concat operand into the output, else one ``gather`` from the input."""
+        if self.pdg.rec(n).op is Op.CONCAT:
+            pairs = list(zip(self.pdg.inputs(n), idx))
+        else:
+            pairs = [(self.pdg.inputs(n)[0], idx[0])]
+        out = []
+        for (p, e), g in pairs:
+            x, s, _ = self.arg(p, e)
+            out.append(("scatter" if self.pdg.rec(n).op is Op.CONCAT else "gather", x, int(np.prod(st(s))),
+                        self.const(g)))
+        return out
 
     def random(self, n):
         """timerl.ir.rng.draw at this point, value for value: the key mixes the base key (a
@@ -616,6 +630,22 @@ class Render:
             self.emit(f"{v}f[q] = bi", 2)
 
     # whole segment -----------------------------------------------------------------
+    def member(self, n):
+        """The code of one member that is not elementwise."""
+        op = self.pdg.rec(n).op
+        if op is Op.MATMUL:
+            self.matmul(n)
+        elif op is Op.REDUCE:
+            self.reduce(n)
+        elif op is Op.TAKE:
+            self.take(n)
+        elif op is Op.ONE_HOT:
+            self.one_hot(n)
+        elif op is Op.RANDOM:
+            self.random(n)
+        else:
+            self.movement(n)
+
     def runs(self, ew):
         """The segment in loop nests: each non-elementwise member alone, elementwise members of one
         shape gathered into as few runs as the dependences allow (every loop nest costs numba about
@@ -670,10 +700,12 @@ class Render:
                     changed = True
         return late
 
-    def source(self):
+    def plan_runs(self):
+        """``(elementwise members, runs, needed)``: the segment cut into runs (:meth:`runs`) and the
+        members that must exist as arrays: read by a non-elementwise member, by another run, or
+        returned."""
         pdg, seg = self.pdg, self.seg
         inseg = set(seg)
-        # which members must exist as arrays: read by a non-elementwise member, by another run, or returned
         ew = {n for n in seg if pdg.rec(n).op in (Op.UNARY, Op.BINARY, Op.WHERE, Op.CAST)}
         runs = self.runs(ew)
         runof = {n: i for i, r in enumerate(runs) for n in r}
@@ -682,6 +714,11 @@ class Render:
             for p, _ in pdg.inputs(n):
                 if p in inseg and (runof[p] != runof[n] or p not in ew or n not in ew):
                     needed.add(p)
+        return ew, runs, needed
+
+    def source(self):
+        pdg = self.pdg
+        ew, runs, needed = self.plan_runs()
         group = []  # consecutive runs' loop nests, one function (a function costs numba about 0.1 s)
         for r in runs:
             if r[0] in ew:
@@ -692,20 +729,7 @@ class Render:
                     group.append(loop)
                 continue
             self.call_runs(group)
-            (n,) = r
-            op = pdg.rec(n).op
-            if op is Op.MATMUL:
-                self.matmul(n)
-            elif op is Op.REDUCE:
-                self.reduce(n)
-            elif op is Op.TAKE:
-                self.take(n)
-            elif op is Op.ONE_HOT:
-                self.one_hot(n)
-            elif op is Op.RANDOM:
-                self.random(n)
-            else:
-                self.movement(n)
+            self.member(r[0])
         self.call_runs(group)
         for k, n in enumerate(self.outs):  # outputs computed elsewhere: copied into the caller's array
             if n not in self.inplace:
