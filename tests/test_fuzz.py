@@ -114,6 +114,14 @@ def test_seeded_programs_match_reference(seed):
     assert not diffs, f"replay: python -m tests.fuzz --replay {seed}\n" + "\n".join(diffs[:10])
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_seeded_programs_match_reference_on_cuda(seed):
+    """The cuda backend (in the simulator) on a few of the CI programs, with its default passes
+    (every switch on cuda: ``python -m tests.fuzz --backends cuda``)."""
+    diffs = differences(generate(SeedDraw(seed)), [("cuda", {})])
+    assert not diffs, f"replay: python -m tests.fuzz --replay {seed} --backends cuda\n" + "\n".join(diffs[:10])
+
+
 # hypothesis draws the same generator's choices, biased to edge cases (one point, one record);
 # derandomized, and no shrinking (each try compiles ~9 times): the failing source is printed whole
 @settings(max_examples=8, derandomize=True, database=None, deadline=None, phases=[Phase.generate],
