@@ -42,7 +42,7 @@ PRELUDE = """# timerl CUDA statement kernel
 import math
 import numpy as np
 from numba import cuda, float32, float64, int64, uint64  # noqa: F401
-from timerl.kernels.cudart import (M, POOL, REDUCE_CODE, categorical1, check_flag, copy_into, dev,  # noqa: F401
+from timerl.kernels.cudart import (M, POOL, REDUCE_CODE, categorical1, check_flag, copy_into, dev, err_flag,  # noqa: F401
                                    gather1, gemm, grid, normal1, permutation, point_key, reduce, reduce3, scatter1,
                                    uniform1)
 """
@@ -69,6 +69,7 @@ class Render(CpuRender):
     def __init__(self, pdg, seg, returned, outs=()):
         super().__init__(pdg, seg, returned, outs)
         self.nk = 0
+        self.checks = False  # a take kernel may set the error flag
 
     def device_kernel(self, params, body):
         """A ``@cuda.jit`` kernel of ``body`` (lines at depth 1) at module level; its name."""
@@ -153,9 +154,9 @@ class Render(CpuRender):
         self.emit(f"{v} = {acc}.reshape({st(node.shape)})")
 
     def flag(self):
-        f = self.fresh()
-        self.emit(f"{f} = cuda.to_device(np.zeros(1, np.int64))")
-        return f
+        """The error flag of take kernels, checked once after the segment's launches."""
+        self.checks = True
+        return "err"
 
     def take(self, n):
         node = self.pdg.rec(n)
@@ -184,7 +185,6 @@ class Render(CpuRender):
         f = self.flag()
         ixv = ix if len(si) else f"{ix}.reshape(1)"
         self.emit(f"{kname}[grid({size})]({x}, {ixv}, {v}, {f})")
-        self.emit(f"check_flag({f}, 'take: index out of range')")
 
     def one_hot(self, n):
         node = self.pdg.rec(n)
@@ -262,7 +262,10 @@ class Render(CpuRender):
             self.member(r[0])
         # operands not on the device yet (a UDF's output, a host scalar), moved there first (the list of
         # operands is complete once every member is rendered)
-        self.lines[:0] = [f"    x{k} = dev(x{k})" for k in range(len(self.ext))]
+        self.lines[:0] = [f"    x{k} = dev(x{k})" for k in range(len(self.ext))] + (
+            ["    err = err_flag()"] if self.checks else [])
+        if self.checks:  # the host waits for the launches once, not after each take
+            self.emit("check_flag(err, 'take: index out of range')")
         for k, n in enumerate(self.outs):  # into the caller's rows (device views of its block array)
             self.emit(f"copy_into(o{k}, v{self.local[n]})")
         rets = [f"v{self.local[n]}" for n in self.returned]

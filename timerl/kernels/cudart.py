@@ -171,9 +171,22 @@ def dconcat(a, b):
     return out
 
 
+_FLAG = []
+
+
+def err_flag():
+    """The device flag that take kernels set on an index out of range (one per process, zero
+    unless a launch since the last :func:`check_flag` found one)."""
+    if not _FLAG:
+        _FLAG.append(cuda.to_device(np.zeros(1, np.int64)))
+    return _FLAG[0]
+
+
 def check_flag(flag, what):
-    """Raise IndexError when a kernel set ``flag[0]`` (an index out of range)."""
+    """Raise IndexError when a kernel set ``flag[0]`` (and clear it): one copy to the host per
+    statement kernel that takes, after its last launch."""
     if flag.copy_to_host()[0]:
+        flag.copy_to_device(np.zeros(1, np.int64))
         raise IndexError(what)
 
 
