@@ -28,6 +28,16 @@ from numba import cuda
 print("numba", numba.__version__, "numpy", numpy.__version__, "torch", torch.__version__,
       "| numba.cuda device:", cuda.get_current_device().name if cuda.is_available() else None,
       "| torch.cuda:", torch.cuda.is_available())
+# does a device array die with its last reference, or only when the cyclic GC runs? (the device
+# pool counts bytes until the owner's finalizer; PPO's measured device peak exceeded the plan here)
+import gc, weakref
+a = cuda.device_array(16)
+owner, fired = a.gpu_data, []
+weakref.finalize(owner, fired.append, 1)
+del a, owner
+print("device array freed by refcount:", bool(fired), end="; ")
+gc.collect()
+print("after gc.collect():", bool(fired))
 EOF
 
 echo "== GPU tests"
