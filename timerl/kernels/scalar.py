@@ -1,9 +1,15 @@
 """Scalar helpers that statement kernels call (:mod:`timerl.kernels.statement`).
 
-Compiled once per process and signature (and cached on disk) instead of once per kernel
-module; LLVM inlines them into the kernels' loops, which still vectorize. Kernels alone call
-them, so they have no CPython wrappers (``no_cpython_wrapper``: less to compile). The BLAS
-calls are intrinsics instead (inlined where called: nothing compiled per signature).
+Compiled once per process and signature instead of once per kernel module; LLVM inlines them
+into the kernels' loops, which still vectorize. Kernels alone call them, so they have no CPython
+wrappers (``no_cpython_wrapper``: less to compile). The BLAS calls are intrinsics instead
+(inlined where called: nothing compiled per signature).
+
+Not cached on disk (no ``cache=True``): a kernel's cached code holds theirs, so a kernel loaded
+from the cache needs none of them, and :func:`timerl.kernels.cpu.prewarm`'s worker processes
+compiling new signatures of one helper at once raced on numba's index of its cache (each took
+the same file number for its own signature; a later process loaded one signature's code for
+another's and failed to type the kernel, seen in CI on 2026-12-04).
 """
 
 import math
@@ -25,17 +31,17 @@ LANE = np.uint64(0x100000000)
 
 
 # timerl.ir.rng's splitmix64 finalizer itself, compiled for uint64 scalars
-mix = numba.njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)(rng._mix)
+mix = numba.njit(no_cpython_wrapper=True, no_cfunc_wrapper=True)(rng._mix)
 
 
-@numba.njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@numba.njit(no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def unit(k, e):
     # timerl.ir.rng: _unit(bits(k, .)) at element e (lane folded into e)
     b = mix(mix(k + e * G) ^ D)
     return np.float64(b >> np.uint64(11)) * (1.0 / 9007199254740992.0)
 
 
-@numba.njit(cache=True, fastmath=False, error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@numba.njit(fastmath=False, error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def tanh32(x):
     # Eigen's rational tanh for float32 (XLA uses the same): |err| < 3e-7, vectorizes
     if x > 7.90531110763549805:
@@ -61,7 +67,7 @@ def tanh32(x):
 
 # array helpers: one loop nest compiled once per dtype and rank, called by every kernel (numba's
 # front end costs about 60 ms per loop nest in a kernel, growing with the kernel's size)
-@numba.njit(cache=True, error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@numba.njit(error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def matmul_small(a, b, out):
     """out[m, n] = a[m, k] @ b[k, n], the output column innermost (contiguous rows of b: SIMD)."""
     out[:, :] = 0
@@ -73,7 +79,7 @@ def matmul_small(a, b, out):
     return out
 
 
-@numba.njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@numba.njit(no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def take3(x, idx, out):
     """out[a, q, c] = x[a, idx[q], c] (negative indices from the end); False when one is out of range."""
     n = x.shape[1]
@@ -89,7 +95,7 @@ def take3(x, idx, out):
     return True
 
 
-@numba.njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@numba.njit(no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def take_along3(x, idx, out):
     """out[a, q, c] = x[a, idx[a, q, c], c]; False when an index is out of range."""
     n = x.shape[1]
@@ -105,14 +111,14 @@ def take_along3(x, idx, out):
     return True
 
 
-@numba.njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@numba.njit(no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def gather(xf, idx, outf):
     """outf[q] = xf[idx[q]] (movement ops: permute, expand, slice, through compile-time indices)."""
     for q in range(idx.shape[0]):
         outf[q] = xf[idx[q]]
 
 
-@numba.njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@numba.njit(no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def transpose2(x, out):
     """``out[j, i] = x[i, j]`` in 32 x 32 tiles: a tile's rows and columns stay in cache while it
     moves (a gather by index arrays streams an int64 index per element besides the data)."""
@@ -126,7 +132,7 @@ def transpose2(x, out):
                     out[j, i] = x[i, j]
 
 
-@numba.njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@numba.njit(no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def copy1(xf, outf):
     """outf[:] = xf (a member into the caller's array; numba's slice assignment compiles about a
     second of error-message formatting)."""
@@ -134,7 +140,7 @@ def copy1(xf, outf):
         outf[q] = xf[q]
 
 
-@numba.njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@numba.njit(no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def scatter(xf, idx, outf):
     """outf[idx[q]] = xf[q] (one operand of a concat)."""
     for q in range(idx.shape[0]):
@@ -145,7 +151,7 @@ def scatter(xf, idx, outf):
 # reduction (a generic one branching on the op at run time compiled about four times as much per
 # signature). With C == 1 a scalar accumulator along r; with C > 1 the inner loop runs along c
 # (contiguous rows, vectorized), accumulating one row of C at a time.
-@numba.njit(cache=True, error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@numba.njit(error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def sum3(x, div, out):
     """The sum over r divided by ``div`` (1: sum, R: mean)."""
     A, R, C = x.shape
@@ -165,7 +171,7 @@ def sum3(x, div, out):
             out[a, c] = acc[c] / div
 
 
-@numba.njit(cache=True, error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@numba.njit(error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def std3(x, out):
     """The standard deviation over r (two passes: the mean, by :func:`sum3` in float64, then the
     squared deviations)."""
@@ -182,7 +188,7 @@ def std3(x, out):
             out[a, c] = math.sqrt(sq[c] / R)
 
 
-@numba.njit(cache=True, error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@numba.njit(error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def maxmin3(x, ismax, out):
     """The maximum (``ismax``) or minimum over r; NaN propagates like numpy."""
     A, R, C = x.shape
@@ -209,7 +215,7 @@ def maxmin3(x, ismax, out):
             out[a, c] = acc[c]
 
 
-@numba.njit(cache=True, error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@numba.njit(error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def lse3(x, out):
     """log(sum(exp(x))) over r, shifted by the maximum (0 where that is not finite); NaN propagates."""
     A, R, C = x.shape
@@ -245,7 +251,7 @@ def lse3(x, out):
             out[a, c] = math.log(acc[c]) + m[c]
 
 
-@numba.njit(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@numba.njit(no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def permutation(k, out):
     """timerl.ir.rng's permutation draw: the stable argsort of one key's bits (numba compiles its
     sort in seconds: here once, not in every kernel)."""
