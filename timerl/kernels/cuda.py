@@ -36,6 +36,7 @@ import numpy as np
 
 from ..ir.ops import Op
 from . import cache
+from .cudart import REDUCE_CODE
 from .statement import Render as CpuRender, gathers, operand_index, scalar_template, st
 
 PRELUDE = """# timerl CUDA statement kernel
@@ -150,7 +151,7 @@ class Render(CpuRender):
         acc = self.fresh()
         self.alloc(acc, (pre, post), node.dtype)
         x3 = f"{x}.reshape(({pre}, {count}, {post}))"
-        self.emit(f"reduce({x3}, {_code(fn)}, {acc})")  # (argmax: along one axis)
+        self.emit(f"reduce({x3}, {REDUCE_CODE[fn]}, {acc})")  # (argmax: along one axis)
         self.emit(f"{v} = {acc}.reshape({st(node.shape)})")
 
     def flag(self):
@@ -275,11 +276,6 @@ class Render(CpuRender):
         head = [PRELUDE] + self.helpers + ["", "", f"def kernel({', '.join(params)}):"]
         body = self.lines + [f"    return ({''.join(r + ', ' for r in rets)})"]
         return "\n".join(head + body) + "\n"
-
-
-def _code(fn):
-    from .cudart import REDUCE_CODE  # noqa: PLC0415 - the codes live with the kernel that reads them
-    return REDUCE_CODE[fn]
 
 
 def cuda_template(node, in_dtypes):

@@ -30,7 +30,7 @@ import numpy as np
 from ..ir.ops import Op
 from ..kernels import cuda as cuda_kernels
 from ..kernels import cudart
-from .interpreter import CheckRender, PlanRender, Render, gather
+from .interpreter import CheckRender, PlanRender, Render, gather, gather_keys
 from .spill import SpillStore
 from .stores import BlockStore
 
@@ -67,22 +67,16 @@ class DeviceSpillStore(SpillStore):
 
 def host_gather(store, out, ent, spatial, dtype):
     """:func:`~timerl.runtime.interpreter.gather` of device values: stacked on the host."""
-    if out is None:
-        vals = {k: cudart.host(store[k]) for k in _keys(ent)}
-    else:
-        vals = {k: (cudart.host(store[k][out]),) for k in _keys(ent)}
-    return gather(vals, None if out is None else 0, ent, spatial, dtype)
-
-
-def _keys(ent):
-    import itertools  # noqa: PLC0415
-    return itertools.product(*[r if isinstance(r, range) else (r,) for r in ent])
+    vals = {k: (cudart.host(store[k] if out is None else store[k][out]),) for k in gather_keys(ent)}
+    return gather(vals, 0, ent, spatial, dtype)
 
 
 class CudaMixin:
     """Hooks of :class:`~timerl.runtime.interpreter.Render` for values on the device."""
 
     EMPTY = "POOL.empty"
+    KERNELS = "CUDA"
+    host_value = staticmethod(cudart.host)
     kgen = cuda_kernels
     block_store = DeviceBlockStore
     spill_store = DeviceSpillStore
@@ -138,30 +132,13 @@ class CudaMixin:
         except (IndexError, ValueError, ZeroDivisionError) as err:
             self._seg_fault(seg_ext, args, k, err)
 
-    def _seg_fault(self, seg_ext, args, k, err):
-        args = [cudart.host(a) if cudart.is_device(a) else a for a in args]
-        self._replay(seg_ext, args, k, False)
-        seg = seg_ext[0]
-        raise self._fault(f"the CUDA kernel of {[self.pdg.rec(m).name for m in seg]} failed at point "
-                          f"({self._where(seg[0], k)}): {err}", err)
-
-    @staticmethod
-    def _fault(msg, err):
-        from ..errors import RuntimeFault  # noqa: PLC0415
-        f = RuntimeFault(msg)
-        f.__cause__ = err
-        return f
-
 
 class CudaRender(CudaMixin, Render):
     pass
 
 
 class CudaCheckRender(CudaMixin, CheckRender):
-    def kernel_call(self, step, own, args, info):
-        L = super().kernel_call(step, own, args, info)
-        # the check reads the kernel's results on the host
-        return [ln.replace("if not finite(r):", "if not finite(H(tuple(r))):") for ln in L]
+    RESULTS = "H(tuple(r))"
 
 
 class CudaPlanRender(PlanRender):
@@ -172,11 +149,3 @@ class CudaPlanRender(PlanRender):
 
 RENDERERS = {"run": CudaRender, "check": CudaCheckRender, "plan": CudaPlanRender}
 
-
-def run_stats() -> dict:
-    """The device counters of the last run."""
-    p = cudart.POOL
-    return {"peak_device_bytes": int(p.peak), "h2d_bytes": int(p.h2d), "d2h_bytes": int(p.d2h)}
-
-
-__all__ = ["CudaRender", "RENDERERS", "run_stats", "np"]

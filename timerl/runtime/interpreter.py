@@ -133,6 +133,14 @@ class Render:
     kgen = statement
     #: the class of block stores and rings kept as objects (cuda: on the device)
     block_store = BlockStore
+    #: what the statement kernels are, in fault messages
+    KERNELS = "numba"
+
+    @staticmethod
+    def host_value(a):
+        """A kernel's argument as numpy's rules read it, replaying a failed kernel (cuda: copied
+        from the device)."""
+        return a
     spill_store = SpillStore
 
     def __init__(self, prog, pdg, bounds, seed, low, backend):
@@ -611,7 +619,8 @@ class Render:
         vals, propagated = {}, False
         for m in seg:
             node = self.pdg.rec(m)
-            ins = [vals[p] if p in vals else np.asarray(args[pos[(p, e.out)]], self.pdg.rec(p).dtypes[e.out]).reshape(
+            ins = [vals[p] if p in vals else np.asarray(self.host_value(args[pos[(p, e.out)]]),
+                                                        self.pdg.rec(p).dtypes[e.out]).reshape(
                 self.pdg.rec(p).shapes[e.out]) for p, e in self.pdg.inputs(m)]
             ctx = Ctx(node, self.names(node.domain))
             ctx.point = k
@@ -644,7 +653,7 @@ class Render:
         """A statement kernel raised: replay it with numpy's rules, whose op names the tensor and the point."""
         self._replay(seg_ext, args, k, False)
         seg = seg_ext[0]
-        raise RuntimeFault(f"the numba kernel of {[self.pdg.rec(m).name for m in seg]} failed at point "
+        raise RuntimeFault(f"the {self.KERNELS} kernel of {[self.pdg.rec(m).name for m in seg]} failed at point "
                            f"({self._where(seg[0], k)}): {err}") from err
 
 
@@ -670,6 +679,8 @@ class CheckRender(Render):
     inside one is found (replayed with numpy to name the op)."""
 
     inline_blocks = False
+    #: the kernel results the non-finite check reads (cuda: copied to the host)
+    RESULTS = "r"
 
     def __init__(self, *a):
         super().__init__(*a)
@@ -757,7 +768,7 @@ class CheckRender(Render):
     def kernel_call(self, step, own, args, info):
         k = self.key(own, own)
         return super().kernel_call(step, own, args, info) + [
-            "if not finite(r):", f"    chain_fault({info}, r, [{', '.join(args)}], {k})"]
+            f"if not finite({self.RESULTS}):", f"    chain_fault({info}, r, [{', '.join(args)}], {k})"]
 
     def stores(self):
         out = super().stores()
@@ -802,7 +813,7 @@ class CheckRender(Render):
         if self._replay(seg_ext, args, k, True):
             return
         seg = seg_ext[0]
-        raise RuntimeFault(f"non-finite check: the numba kernel of {[self.pdg.rec(m).name for m in seg]} produced "
+        raise RuntimeFault(f"non-finite check: the {self.KERNELS} kernel of {[self.pdg.rec(m).name for m in seg]} produced "
                            f"inf/NaN at point ({self._where(seg[0], k)}) where numpy's rules give finite values "
                            "(a backend defect: please report it with this program)")
 
