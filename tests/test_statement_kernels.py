@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import timerl as tl
-from timerl.kernels import cpu, statement
+from timerl.kernels import blas, cpu, statement
 
 
 def _run(build, bounds, backend, check=False):
@@ -36,7 +36,7 @@ def _ops(i, dtype):
     wide = tl.tensor(rng.normal(size=(2, 64, 16)).astype(dtype), domain=(i,), name="wide")  # column sums via BLAS
     cube = tl.tensor(rng.normal(size=(2, 3, 4, 5)).astype(dtype), domain=(i,), name="cube")
     huge_a = tl.tensor(rng.normal(size=(2, 256, 128)).astype(dtype), domain=(i,), name="huge_a")
-    huge_w = tl.tensor(rng.normal(size=(128, 128)).astype(dtype), name="huge_w")        # 4.2M MACs: numpy's matmul
+    huge_w = tl.tensor(rng.normal(size=(128, 128)).astype(dtype), name="huge_w")        # 4.2M MACs
     h = tl.tanh(a @ w_small)                                                            # (5, 4) inline loops
     outs = [
         h, a @ v, v @ w_small, big_a @ w_big,
@@ -131,6 +131,44 @@ def test_kernels_compile_once_at_compile_time():
         src = exe.plan.kernels[kid]
         kern = cpu._loaded[hashlib.sha1(src.encode()).hexdigest()[:16]]
         assert len(kern.signatures) == 1
+
+
+def test_nothing_compiles_while_the_program_runs():
+    """numba compiles nothing inside ``exe.run()`` (its compile events counted): the kernels, their
+    helpers and their BLAS calls are all compiled at ``compile()``. Large matmuls used to enter numpy
+    through ``numba.objmode`` blocks, which numba compiles at their first call."""
+    from numba.core import event
+
+    prog = tl.Program("i")
+    (i,) = prog.dims
+    with prog:
+        tl.sink(_ops(i, "float32"), lambda v, p: None)
+    exe = prog.compile(bounds={"I": 2}, backend="numba")
+    with event.install_recorder("numba:compile") as rec:
+        exe.run()
+    assert rec.buffer == []
+
+
+@pytest.mark.skipif(not blas.NUMPY, reason="numpy's OpenBLAS not found: the kernels call numba's BLAS")
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_kernel_matmuls_call_numpys_blas_bit_for_bit(dtype):
+    """The kernels' BLAS products are numpy's own ``matmul`` to the bit, transposed operands included
+    (numba's BLAS is scipy's OpenBLAS build: other values, and 1.5x slower for ``x.T @ g``)."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(2, 300, 48)).astype(dtype)
+    g = rng.normal(size=(2, 300, 40)).astype(dtype)
+    w = rng.normal(size=(40, 48)).astype(dtype)
+
+    def build(i):
+        tx, tg = tl.tensor(x, domain=(i,), name="x"), tl.tensor(g, domain=(i,), name="g")
+        tw = tl.tensor(w, name="w")
+        return [tx.transpose(1, 0) @ tg, tg @ tw]
+
+    got, exe = _run(build, {"I": 2}, "numba")
+    assert any("gemm_tn(" in src for src in exe.plan.kernels.values())  # x.T passed as x and a flag
+    for k in range(2):
+        for a, want in zip(got[k], [x[k].T @ g[k], g[k] @ w]):
+            np.testing.assert_array_equal(a, want)
 
 
 def test_operands_that_are_not_contiguous_or_of_another_dtype_are_converted():

@@ -23,6 +23,7 @@ from numba.np.arrayobj import make_array
 from numba.np.linalg import check_blas_return, ensure_blas, get_blas_kind, make_constant_slot
 
 from ..ir import rng
+from . import blas
 
 G = rng._G
 D = np.uint64(0xD1B54A32D192ED03)  # rng.bits' final xor
@@ -264,37 +265,50 @@ def permutation(k, out):
         out[q] = p[q]
 
 
-# BLAS, called as numba's np.dot calls it (same routine, same arguments: the same values), as
-# intrinsics: inlined where called, nothing compiled per signature (numba's np.dot compiles about
-# 0.3 s per combination of operand layouts and read-only flags, one per matmul of a kernel)
+# BLAS as intrinsics: inlined where called, nothing compiled per signature (numba's np.dot compiles
+# about 0.3 s per combination of operand layouts and read-only flags, one per matmul of a kernel)
 def _ptr(builder, arr):
     return builder.bitcast(arr.data, ir.IntType(8).as_pointer())
+
+
+blas.register()
 
 
 def _gemm(ta, tb):
     @intrinsic
     def gemm(typingctx, a, b, out):
         """``out[m, n] = op(a) @ op(b)``, op a transpose for ``ta``/``tb`` (of C-contiguous matrices:
-        numba's np.dot on ``x.T``, an F-ordered view, passes BLAS the same transposition)."""
+        ``x.T``, an F-ordered view, is passed as ``x`` and a transposition, as numpy and numba do).
+        numpy's own ``cblas_?gemm`` (:mod:`timerl.kernels.blas`) where found, else numba's BLAS."""
         if not all(isinstance(t, types.Array) and t.ndim == 2 and t.layout == "C" for t in (a, b, out)):
             return None
         if not a.dtype == b.dtype == out.dtype or a.dtype not in (types.float32, types.float64):
             return None
 
         def codegen(context, builder, sig, args):
-            ensure_blas()
             x, y, c = (make_array(t)(context, builder, v) for t, v in zip(sig.args, args))
             (_, ka), (_, kb), (m, n) = (cgutils.unpack_tuple(builder, v.shape) for v in (x, y, c))
-            ll_char = ir.IntType(8)
+            k = cgutils.unpack_tuple(builder, x.shape)[0] if ta else ka
+            dt = sig.args[0].dtype
             intp = context.get_value_type(types.intp)
+            if blas.NUMPY:  # cblas, row-major: C = op(A) @ op(B), lda / ldb the stored matrices' row lengths
+                fl, i32 = context.get_value_type(dt), ir.IntType(32)
+                fp = fl.as_pointer()
+                fnty = ir.FunctionType(ir.VoidType(), [i32, i32, i32, intp, intp, intp, fl, fp, intp, fp, intp,
+                                                       fl, fp, intp])
+                fn = cgutils.get_or_insert_function(builder.module, fnty, blas.SYMBOLS[str(dt)])
+                op = {False: ir.Constant(i32, blas.NO_TRANS), True: ir.Constant(i32, blas.TRANS)}
+                builder.call(fn, (ir.Constant(i32, blas.ROW_MAJOR), op[ta], op[tb], m, n, k, ir.Constant(fl, 1.0),
+                                  x.data, ka, y.data, kb, ir.Constant(fl, 0.0), c.data, n))
+                return context.get_dummy_value()
+            ensure_blas()
+            ll_char = ir.IntType(8)
             vp = ll_char.as_pointer()
             fnty = ir.FunctionType(ir.IntType(32), [ll_char, ll_char, ll_char, intp, intp, intp,
                                                     vp, vp, intp, vp, intp, vp, vp, intp])
             fn = cgutils.get_or_insert_function(builder.module, fnty, "numba_xxgemm")
-            dt = sig.args[0].dtype
             alpha = make_constant_slot(context, builder, dt, 1.0)
             beta = make_constant_slot(context, builder, dt, 0.0)
-            k = cgutils.unpack_tuple(builder, x.shape)[0] if ta else ka
             # numba's call_xxgemm for a C-ordered result: c.T = op(b).T @ op(a).T in BLAS's column order
             res = builder.call(fn, (ir.Constant(ll_char, ord(get_blas_kind(dt))),
                                     ir.Constant(ll_char, ord("t" if tb else "n")),

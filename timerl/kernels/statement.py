@@ -47,6 +47,7 @@ import re
 
 import numpy as np
 
+from . import blas
 from ..ir import registry
 from ..ir.ops import Op, broadcast
 from ..ir.ops import nbytes as ops_nbytes
@@ -57,8 +58,6 @@ FLOATS = (np.dtype("float32"), np.dtype("float64"))
 #: 256x64x64 198 / 27.5; 256x64x2 53.6 / 2.9; 8x4x64 1.2 / 1.5; numpy's own matmul 1.6, 26.4,
 #: 2.4, 0.9: BLAS from numba costs what numpy's does, and wins from about 1k multiply-adds
 BLAS_MACS = 1024
-#: from this many multiply-adds on, numpy's matmul itself (see Render.matmul)
-NUMPY_MACS = 1 << 22
 #: an elementwise run of more elements is a function of its own (vectorized by LLVM); of at most
 #: this many, inline in the kernel (see Render.elementwise_run)
 INLINE_SIZE = 16
@@ -76,7 +75,7 @@ INT_ARITH = frozenset({"add", "sub", "mul", "minimum", "maximum", "neg", "abs"})
 # compiled into the kernel's): the helpers' source hash is part of every kernel's source
 # the helpers are hashed, not imported: numba loads only when a kernel is compiled (the numpy backend never)
 _HELPERS = hashlib.sha1(open(os.path.join(os.path.dirname(__file__), "scalar.py"), "rb").read()).hexdigest()[:12]
-PRELUDE = f"""# timerl statement kernel; helpers timerl/kernels/scalar.py {_HELPERS}
+PRELUDE = f"""# timerl statement kernel; helpers timerl/kernels/scalar.py {_HELPERS}; BLAS {blas.NAME}
 import math
 import numpy as np
 import numba
@@ -414,16 +413,9 @@ class Render:
         else:
             a2 = a if len(sa) == 2 else f"{a}.reshape((1, {k}))"
         b2 = b if len(sb) == 2 else f"{b}.reshape(({k}, 1))"
-        if m * k * nn >= NUMPY_MACS:
-            # numpy's own matmul, from inside the kernel (objmode: about 15 us to enter): numba's np.dot
-            # copies a transposed operand first (x.T @ g, 128000x64: 32 ms against numpy's 17)
-            w = self.fresh()
-            self.emit(f"with numba.objmode({w}='{dt}[:, ::1]'):")
-            self.emit(f"{w} = np.ascontiguousarray(np.matmul({a2}, {b2}))", 2)
-            self.emit(f"{v} = {w}.reshape({st(node.shape)})")
-            return
         if m * k * nn >= BLAS_MACS:
-            # BLAS as numba's np.dot calls it; a transposed view passed as its matrix and a flag
+            # BLAS (numpy's own where found: timerl.kernels.blas); a transposed view passed as its matrix
+            # and a flag
             ga, ta = (self.tview[a], "t") if a in self.tview else (a2, "n")
             gb, tb = (self.tview[b], "t") if b in self.tview else (b2, "n")
             w = self.fresh()
