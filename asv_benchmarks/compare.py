@@ -258,6 +258,8 @@ def _label(cfg):
         parts.append("MC")
     if f.get("per_step") and not f.get("nstep"):
         parts.append("per-step")
+    if f.get("compiled_env"):
+        parts.append("compiled env")
     if f.get("memory_budget"):
         b = f["memory_budget"]
         parts.append(f"budget {b / 2**20:.0f} MiB" if b >= 2**20 else f"budget {b / 2**10:.0f} KiB")
@@ -469,6 +471,10 @@ def main(argv=None):
                                                  "ppo_hidden, ppo_obs, reinforce_T)")
     ap.add_argument("--backend", default=None, help="timerl backend (default: timerl's default)")
     ap.add_argument("--timerl-threads", type=int, default=None, help="threads for timerl (default 1)")
+    ap.add_argument("--compiled-env", action="store_true",
+                    help="timerl steps its compiled envs (CartPole-v1, trivial: timerl.rl.compiled); by default it "
+                         "steps the same host env as the eager baselines (gymnasium's, the host trivial env); "
+                         "writes compare_compiled*")
     ap.add_argument("--jobs", type=int, default=1,
                     help="measurements run at once, each pinned to its own CPU core (default 1; use only on "
                          "an otherwise idle machine: the runs then share memory bandwidth and caches)")
@@ -484,7 +490,7 @@ def main(argv=None):
                     help="run timerl once more per configuration with --traced-memory and add only its "
                          "traced_peak_bytes to the saved compare.json (its timings are not used)")
     ns = ap.parse_args(argv)
-    suffix = "_quick" if ns.quick else ""
+    suffix = ("_compiled" if ns.compiled_env else "") + ("_quick" if ns.quick else "")
     os.makedirs(ns.out, exist_ok=True)
     if ns.traced_pass:
         saved_path = os.path.join(ns.out, f"compare{suffix}.json")
@@ -523,6 +529,8 @@ def main(argv=None):
         if not systems:
             ap.error("no system left to measure")
         cfgs = configurations(ns.quick)
+        for c in cfgs:
+            c["flags"]["compiled_env"] = bool(ns.compiled_env)
         if ns.only:
             keep = set(ns.only.split(","))
             cfgs = [c for c in cfgs if c["group"] in keep]

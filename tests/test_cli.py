@@ -29,6 +29,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
     (["train", "ppo", "--obs-shape", "3,4"], "only to the trivial env"),
     (["train", "ppo", "--env", "trivial", "--obs-shape", "3,x"], "comma-separated ints"),
     (["train", "sac"], "invalid choice: 'sac'"),
+    (["train", "ppo", "--compiled-env", "maybe"], "--compiled-env"),
+    (["train", "ppo", "--env", "Acrobot-v1", "--compiled-env", "true"], "no compiled version of 'Acrobot-v1'"),
     (["train", "ppo", "--no-such-flag"], "unrecognized arguments"),
     (["show", "pdg", "ppo", "--out", "graph.png"], ".dot, .svg or .txt"),
     (["show", "schedule", "ppo", "--out", "s.dot"], "a schedule is text"),
@@ -57,7 +59,7 @@ def test_help_lists_flags_with_docstrings(capsys):
     out = capsys.readouterr().out
     for flag in ("--env", "--num-envs", "--num-steps", "--total-steps", "--seed", "--backend", "--epochs",
                  "--minibatches", "--lr", "--gamma", "--gae-lambda", "--hidden", "--layers", "--obs-shape",
-                 "--log", "--plot", "--json"):
+                 "--log", "--plot", "--json", "--compiled-env"):
         assert flag in out
     assert "generalized advantage estimation" in out
 

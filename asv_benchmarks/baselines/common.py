@@ -124,6 +124,7 @@ def parser(prog):
     p.add_argument("--backend", default=None, help="ignored (accepted for flag parity with timerl)")
     p.add_argument("--per-step", default=None, help="ignored (timerl's form of the same learner)")
     p.add_argument("--memory-budget", default=None, help="ignored (timerl spills under it; eager code cannot)")
+    p.add_argument("--compiled-env", default=None, help="ignored (the eager baselines step the host env)")
     p.add_argument("--no-memory", action="store_true", help="skip the memory pass (peak_bytes = null)")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     return p

@@ -36,6 +36,13 @@ def _alone(pdg, n) -> bool:
     return registry.op(pdg.rec(n).op).has("alone")
 
 
+def island(pdg, n):
+    """The island of node ``n`` (``attrs["island"]``, None for most): nodes of different islands never
+    join one statement. A compiled environment's step is one (:mod:`timerl.rl.compiled`): it joins
+    its own ops, and meets the policy's at its inputs and outputs as a host environment's UDF does."""
+    return pdg.rec(n).attrs.get("island")
+
+
 # the grouping pass's annotations on the PDG (timerl.passes.group): ((gid, members), ...) in
 # statement order, and the joins that made them, in order (for refine)
 GROUPS = "groups"
@@ -103,7 +110,7 @@ def _join_siblings(pdg, analysis, live, parent, find, group_of, tag, creates_cyc
                 if a == r:
                     break
                 ta, tr = tag.get(a), tag.get(r)
-                if ta != tr:
+                if ta != tr or island(pdg, a) != island(pdg, r):
                     continue
                 if not _renamed(analysis.demand[a], "X").is_equal(dr):
                     continue
@@ -217,7 +224,7 @@ def make_groups(pdg, analysis, enabled=True, siblings=True, restrict=None, joins
         pairs = views_first + [(c, p, e) for c in live for p, e in pdg.inputs(c)]
         for c, p, e in pairs:
             if c not in parent or _alone(pdg, c) or p not in parent or pdg.rec(p).op is Op.UDF \
-                    or not _same_point(pdg, c, p, e):
+                    or not _same_point(pdg, c, p, e) or island(pdg, c) != island(pdg, p):
                 continue
             dc, dp = analysis.demand[c], analysis.demand[p]
             if not _renamed(dp, stmt(c)).is_equal(dc):

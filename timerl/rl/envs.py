@@ -259,8 +259,13 @@ class Env:
         obs, r, done = self.impl.step(a)
         r = np.asarray(r, np.float32).reshape(self.num_envs)
         done = np.asarray(done, bool).reshape(self.num_envs)
-        self.env_steps += self.num_envs
         raw = self.impl.raw_rewards(r) if hasattr(self.impl, "raw_rewards") else r
+        self._account(raw, done)
+        return np.asarray(obs, np.float32).reshape(self.observation_shape), r, done
+
+    def _account(self, raw, done):
+        """One step's bookkeeping: the (unnormalised) rewards and done flags of the ``num_envs`` envs."""
+        self.env_steps += self.num_envs
         self._ret += np.asarray(raw, np.float64).reshape(self.num_envs)
         self._len += 1
         if done.any():  # most steps end no episode: skip the bookkeeping of those that do
@@ -268,7 +273,6 @@ class Env:
                 self.episode_returns.append((self.env_steps, float(self._ret[k]), int(self._len[k])))
             self._ret[done] = 0.0
             self._len[done] = 0
-        return np.asarray(obs, np.float32).reshape(self.observation_shape), r, done
 
     def recent_return(self, k=10):
         """Mean return of the last ``k`` finished episodes (NaN before the first)."""
@@ -294,6 +298,14 @@ class Env:
             return self._step_op(a, name)
 
     def _step_op(self, a, name):
+        from ..api.world import udf
+
+        a = self._action(a)
+        return udf(self._step, [a], [self.observation_shape, (self.num_envs,), (self.num_envs,)],
+                   ["float32", "float32", "bool"], state=self.key, name=name)
+
+    def _action(self, a):
+        """``a`` as a tensor the env takes: checked against the action shape and kind."""
         from ..api.ops import as_tensor, cast
 
         a = as_tensor(a)
@@ -304,12 +316,7 @@ class Env:
                              f"the env takes {self.action_shape}")
         if self.discrete and a.dtype.kind not in "iu":
             raise EnvError(f"{self.env_id}.step: discrete action {a.name!r} must be an integer tensor, got {a.dtype}")
-        if not self.discrete:
-            a = cast(a, "float32")
-        from ..api.world import udf
-
-        return udf(self._step, [a], [self.observation_shape, (self.num_envs,), (self.num_envs,)],
-                   ["float32", "float32", "bool"], state=self.key, name=name)
+        return a if self.discrete else cast(a, "float32")
 
     def close(self):
         """Close the underlying gymnasium environment (if any)."""
@@ -321,22 +328,41 @@ class Env:
         return f"Env({self.env_id!r}, num_envs={self.num_envs}, obs={self.single_observation_shape}, actions={kind})"
 
 
-def make_env(env_id, num_envs, seed=0, **kwargs) -> Env:
+def make_env(env_id, num_envs, seed=0, compiled=None, **kwargs) -> Env:
     """A batched environment for recurrent-tensor programs (see the module docstring).
 
     ``env_id`` is any gymnasium id with Box observations and Discrete or 1-D Box actions,
     or ``"trivial"`` (kwargs ``obs_shape=(1,)``, ``episode_length=100``). For gymnasium ids,
     ``normalize=True`` adds CleanRL's continuous-control wrappers (running observation and
     reward normalisation with clipping; ``gamma=`` for the reward's discounted scale; the
-    logged episode returns stay unnormalised). Other kwargs go to ``gymnasium.make``. A bad id, argument or space is a :class:`EnvError` (a ValueError).
+    logged episode returns stay unnormalised). Other kwargs go to ``gymnasium.make``.
+
+    ``compiled``: the ids of :data:`timerl.rl.compiled.COMPILED_IDS` (CartPole-v1, trivial) run
+    compiled into the program by default (``None``): their dynamics are program tensors, not a
+    host UDF (:mod:`timerl.rl.compiled`); ``compiled=False`` forces gymnasium's own environment
+    (for the trivial env, the host :class:`TrivialEnv`); ``compiled=True`` refuses an id or
+    arguments without a compiled version. A bad id, argument or space is a :class:`EnvError`
+    (a ValueError).
     """
+    from .compiled import COMPILED_IDS, CompiledEnv, compiled_impl
+
     if not isinstance(num_envs, (int, np.integer)) or isinstance(num_envs, bool) or num_envs <= 0:
         raise EnvError(f"num_envs must be a positive int, got {num_envs!r}")
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
         raise EnvError(f"seed must be an int >= 0, got {seed!r}")
     if not isinstance(env_id, str):
         raise EnvError(f"env_id must be a string, got {env_id!r}")
+    if compiled not in (None, True, False):
+        raise EnvError(f"compiled must be None (compiled where available), True or False, got {compiled!r}")
     num_envs, seed = int(num_envs), int(seed)
+    if compiled is not False:
+        impl = compiled_impl(env_id, num_envs, kwargs)
+        if impl is not None:
+            return CompiledEnv(impl, env_id)
+        if compiled:
+            raise EnvError(f"no compiled version of {env_id!r} with {sorted(kwargs) or 'no arguments'}: compiled "
+                           f"environments are {', '.join(COMPILED_IDS)} (CartPole-v1 takes max_episode_steps); "
+                           "pass compiled=False or None for gymnasium's")
     if env_id == "trivial":
         unknown = set(kwargs) - {"obs_shape", "episode_length"}
         if unknown:

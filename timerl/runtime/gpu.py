@@ -109,7 +109,7 @@ class CudaMixin:
         if node.op in (Op.ACCESS, Op.MERGE, Op.DIM_VALUE):  # references (or a host int): nothing moves
             return super().value(step, own)
         if node.op is Op.CONST:
-            return [f"o = POOL.const({self.sym(f'c{n}', node.attrs['value'])})"], []
+            return [f"o = POOL.const({self.sym(f'const{n}', node.attrs['value'])})"], []
         # the op runs on the host: its operands copied there, its value copied to the device
         self._on_host = True
         try:

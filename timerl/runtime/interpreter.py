@@ -340,7 +340,7 @@ class Render:
         elif op is Op.ACCESS:
             L.append(f"o = {args[0]}")
         elif op is Op.CONST:  # the graph keeps it C-ordered (ir.ops.frozen), as kernels take it
-            L.append(f"o = {self.sym(f'c{n}', node.attrs['value'])}")
+            L.append(f"o = {self.sym(f'const{n}', node.attrs['value'])}")
         elif op is Op.DATA:
             L.append(f"o = np.asarray({self.sym(f'arr{n}', node.attrs['array'])}[{k}])")
         elif op is Op.DIM_VALUE:

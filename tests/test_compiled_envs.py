@@ -1,0 +1,149 @@
+"""Compiled environments (timerl.rl.compiled) against gymnasium's own step, step for step.
+
+From the same state and the same actions, the compiled CartPole-v1 gives gymnasium's
+observations, rewards and done flags (``CartPoleVectorEnv``, float64 dynamics); the compiled
+trivial env gives the host TrivialEnv's. Each step starts the reference env from the compiled
+env's state before the step (the initial states are drawn by the program's RNG, not gymnasium's).
+"""
+
+import numpy as np
+import pytest
+
+import timerl as tl
+from timerl.ir.ops import Op
+from timerl.rl.compiled import CompiledEnv
+from timerl.rl.envs import Env, EnvError, TrivialEnv
+
+
+def _rollout(env_id, n, actions, backend="numpy", **kwargs):
+    """Run the compiled env over ``actions`` (T x action shape); per step t: the state before the
+    step, and the step's observation, reward and done."""
+    T = len(actions)
+    prog = tl.Program("t")
+    (t,) = prog.dims
+    (Tb,) = prog.bounds
+    got = {}
+    with prog:
+        env = tl.rl.make_env(env_id, n, **kwargs)
+        assert isinstance(env, CompiledEnv)
+        o = tl.placeholder(env.observation_shape, "float32", (t,), name="o")
+        o[0] = env.reset()
+        a = tl.tensor(actions, domain=(t,), name="a")
+        o[t + 1], r, done = env.step(a)
+        tl.sink([env.state, o[t + 1], r, done], lambda v, p: got.__setitem__(p["t"], [np.array(x) for x in v]))
+    exe = prog.compile(bounds={Tb: T}, backend=backend)
+    exe.run()
+    return [got[k] for k in range(T)], env
+
+
+def _cartpole_reference(n, max_steps):
+    from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
+
+    venv = CartPoleVectorEnv(num_envs=n, max_episode_steps=max_steps)
+    venv.reset(seed=0)
+    return venv
+
+
+@pytest.mark.parametrize("max_steps, policy", [(500, "random"), (20, "alternate")])
+def test_cartpole_steps_as_gymnasium_does(max_steps, policy):
+    n, T = 8, 2000
+    rng = np.random.default_rng(5)
+    actions = (rng.integers(0, 2, size=(T, n)) if policy == "random"
+               else np.tile((np.arange(T) % 2)[:, None], (1, n))).astype(np.int64)
+    kw = {} if max_steps == 500 else {"max_episode_steps": max_steps}
+    steps, env = _rollout("CartPole-v1", n, actions, **kw)
+    venv = _cartpole_reference(n, max_steps)
+    count = np.zeros(n, np.int32)
+    ends = truncs = 0
+    for t, (state, obs, r, done) in enumerate(steps):
+        # gymnasium from the compiled state, with the episode step counts carried alongside
+        venv.state = state.copy()
+        venv.steps = count.copy()
+        venv.prev_done = np.zeros(n, bool)
+        g_obs, g_r, g_term, g_trunc, _ = venv.step(actions[t])
+        g_done = g_term | g_trunc
+        np.testing.assert_array_equal(done, g_done, err_msg=f"done at step {t}")
+        np.testing.assert_array_equal(r, g_r, err_msg=f"reward at step {t}")
+        assert r.dtype == np.float32 and obs.dtype == np.float32 and obs.shape == (n, 4)
+        np.testing.assert_allclose(obs[~done], g_obs[~done], rtol=1e-6, atol=1e-7, err_msg=f"obs at step {t}")
+        if t + 1 < T:  # the next state: gymnasium's where the episode goes on, a fresh draw where it ended
+            nxt = steps[t + 1][0]
+            np.testing.assert_allclose(nxt[:, ~done], venv.state[:, ~done], rtol=1e-12, atol=1e-15)
+            assert np.all(np.abs(nxt[:, done]) <= 0.05)
+            np.testing.assert_array_equal(obs[done], nxt[:, done].T.astype(np.float32))
+        count = np.where(g_done, 0, count + 1).astype(np.int32)
+        ends += int(g_done.sum())
+        truncs += int(g_trunc.sum())
+    assert ends > 50  # episodes ended and were reset along the way
+    if max_steps == 20:
+        assert truncs > 0
+    # the host-side bookkeeping saw every episode end, with its length
+    assert len(env.episode_returns) == ends
+    assert all(ret == length for _, ret, length in env.episode_returns)
+
+
+def test_trivial_env_steps_as_the_host_env_does():
+    n, T, length = 5, 1000, 37
+    actions = np.random.default_rng(2).uniform(-2, 2, size=(T, n, 1)).astype(np.float32)
+    steps, env = _rollout("trivial", n, actions, obs_shape=(2, 3), episode_length=length)
+    host = TrivialEnv(n, obs_shape=(2, 3), episode_length=length)
+    host.reset()
+    count = np.zeros(n, np.int64)
+    for t, (state, obs, r, done) in enumerate(steps):
+        host.s, host.steps = state.copy(), count.copy()
+        h_obs, h_r, h_done = host.step(actions[t])
+        np.testing.assert_array_equal(done, h_done)
+        np.testing.assert_array_equal(r, h_r)
+        np.testing.assert_array_equal(obs[~done], h_obs[~done])
+        assert obs.shape == (n, 2, 3) and obs.dtype == np.float32
+        count = np.where(done, 0, count + 1)
+    assert sum(d.sum() for *_, d in steps) == n * (T // length)
+
+
+@pytest.mark.parametrize("env_id, actions", [
+    ("CartPole-v1", np.random.default_rng(0).integers(0, 2, size=(300, 4)).astype(np.int64)),
+    ("trivial", np.random.default_rng(0).normal(size=(300, 4, 1)).astype(np.float32)),
+])
+def test_compiled_env_on_numba_equals_numpy(env_id, actions):
+    want, _ = _rollout(env_id, 4, actions, backend="numpy")
+    got, _ = _rollout(env_id, 4, actions, backend="numba")
+    for w, g in zip(want, got):
+        for x, y in zip(w, g):
+            np.testing.assert_allclose(y, x, rtol=1e-12 if x.dtype == np.float64 else 1e-6)
+
+
+def test_make_env_compiles_the_ids_it_can_and_forces_gymnasium_on_request():
+    with tl.Program("t"):
+        assert isinstance(tl.rl.make_env("CartPole-v1", 2), CompiledEnv)
+        assert isinstance(tl.rl.make_env("trivial", 2, obs_shape=(3,)), CompiledEnv)
+        host = tl.rl.make_env("CartPole-v1", 2, compiled=False)
+        assert type(host) is Env and not isinstance(host, CompiledEnv)
+        assert type(tl.rl.make_env("trivial", 2, compiled=False)) is Env
+        assert type(tl.rl.make_env("CartPole-v1", 2, normalize=True)) is Env   # wrappers: gymnasium's
+        with pytest.raises(EnvError, match="no compiled version of 'Acrobot-v1'.*compiled=False"):
+            tl.rl.make_env("Acrobot-v1", 2, compiled=True)
+        with pytest.raises(EnvError, match="compiled must be"):
+            tl.rl.make_env("CartPole-v1", 2, compiled="yes")
+
+
+def test_step_over_an_unsupported_domain_is_refused_with_the_way_out():
+    prog = tl.Program("i t k")
+    i, t, k = prog.dims
+    with prog:
+        env = tl.rl.make_env("CartPole-v1", 2)
+        env.reset()
+        a = tl.zeros((2,), "int64", domain=(i, t, k), name="a3")
+        with pytest.raises(EnvError, match=r"'a3' has domain \('i', 't', 'k'\).*compiled=False"):
+            env.step(a)
+
+
+def test_ppo_takes_the_compiled_env_by_default_and_the_host_one_on_request():
+    kw = dict(env="CartPole-v1", num_envs=2, num_steps=8, total_steps=32, epochs=1, minibatches=1, backend="numpy")
+    exe = tl.rl.ppo(**kw)
+    assert isinstance(exe.env, CompiledEnv)
+    assert not [n for n in exe.pdg.nodes if exe.pdg.rec(n).op is Op.UDF]   # no host env step
+    exe.run()
+    assert exe.history.rows[-1]["env_steps"] == 32
+    host = tl.rl.ppo(compiled_env=False, **kw)
+    assert type(host.env) is Env
+    assert [n for n in host.pdg.nodes if host.pdg.rec(n).op is Op.UDF]

@@ -1,0 +1,192 @@
+"""Environments compiled into the program: their dynamics as recurrent-tensor code.
+
+``tl.rl.make_env("CartPole-v1", N)`` and ``make_env("trivial", N)`` return a :class:`CompiledEnv`
+(``compiled=False`` gives gymnasium's own environment, a host UDF). The same user code drives
+both::
+
+    o = tl.placeholder(env.observation_shape, "float32", (i, t))
+    o[0, 0] = env.reset()
+    o[i, 0] = o[i - 1, T]
+    o[i, t + 1], r, done = env.step(a)
+
+but here ``env.step`` adds ordinary tensors to the program instead of a UDF: the environment's
+state is a placeholder over the action's domain (``(t,)`` or ``(i, t)``), carried across rollouts
+like the observation (``state[i, 0] = state[i - 1, T]``), stepped by gymnasium's equations in
+float64, with a step counter for the time limit and the same-step autoreset of
+:class:`timerl.rl.envs.GymEnv`: where an episode ends at step t, ``done[t]`` holds and the state
+(and ``o[t + 1]``) is a fresh initial state. The scheduler sees the step as statements it can
+fuse with the policy's, and the statement kernels compute it: no call into Python per step
+except one sink that keeps the episode bookkeeping of :class:`Env` (``episode_returns``, ...).
+
+What differs from gymnasium: the initial states are drawn by the program's counter-based RNG
+(``compile(seed=...)``) from gymnasium's documented distributions (CartPole: uniform in
+[-0.05, 0.05] per state variable), not by gymnasium's generator, so the values of a run differ
+from a gymnasium run with the same seed; from the same state and the same actions, the
+observations, rewards and done flags are gymnasium's (float64 dynamics, ``tests/test_compiled_envs.py``).
+Actions are taken as the program gives them, without gymnasium's action-space check: a
+discrete action other than 0 / 1 pushes CartPole's cart to the right, as gymnasium's formula
+``sign(a - 0.5)`` does.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .envs import Env, EnvError
+
+#: the ids with a compiled version; ``make_env(id, ..., compiled=False)`` forces gymnasium's own
+COMPILED_IDS = ("CartPole-v1", "trivial")
+
+
+class CartPole:
+    """gymnasium's ``CartPoleVectorEnv`` (``CartPole-v1``: euler integration, 500-step limit)."""
+
+    gravity, masscart, masspole, length, force_mag, tau = 9.8, 1.0, 0.1, 0.5, 10.0, 0.02
+    total_mass = masspole + masscart           # as gymnasium computes them (the same doubles)
+    polemass_length = masspole * length
+    theta_threshold_radians = 12 * 2 * math.pi / 360
+    x_threshold = 2.4
+    low, high = -0.05, 0.05
+
+    def __init__(self, num_envs, max_episode_steps=500):
+        self.num_envs = num_envs
+        self.max_steps = int(max_episode_steps)
+        self.obs_shape, self.single_action_shape, self.num_actions = (4,), (), 2
+        self.state_shape = (4, num_envs)        # gymnasium's layout: one row per state variable
+
+    def initial(self, tl, domain):
+        return tl.random.uniform(self.state_shape, domain=domain, low=self.low, high=self.high, dtype="float64")
+
+    def observe(self, tl, s):
+        return s.transpose(1, 0).astype("float32")
+
+    def dynamics(self, tl, s, a):
+        """(next state, reward, terminated): gymnasium's ``step``, term for term."""
+        x, x_dot, theta, theta_dot = (s.spatial[k] for k in range(4))
+        force = tl.where(a == 1, self.force_mag, -self.force_mag).astype("float64")   # sign(a - 0.5) * force_mag
+        costheta, sintheta = tl.cos(theta), tl.sin(theta)
+        temp = (force + self.polemass_length * (theta_dot * theta_dot) * sintheta) / self.total_mass
+        thetaacc = (self.gravity * sintheta - costheta * temp) / (
+            self.length * (4.0 / 3.0 - self.masspole * (costheta * costheta) / self.total_mass))
+        xacc = temp - self.polemass_length * thetaacc * costheta / self.total_mass
+        x2 = x + self.tau * x_dot
+        x_dot2 = x_dot + self.tau * xacc
+        theta2 = theta + self.tau * theta_dot
+        theta_dot2 = theta_dot + self.tau * thetaacc
+        term = ((x2 < -self.x_threshold) | (x2 > self.x_threshold)
+                | (theta2 < -self.theta_threshold_radians) | (theta2 > self.theta_threshold_radians))
+        reward = tl.ones((self.num_envs,), "float32", domain=s.domain)   # 1 every step
+        return tl.stack([x2, x_dot2, theta2, theta_dot2], axis=0), reward, term
+
+
+class Trivial:
+    """The paper's synthetic environment (:class:`timerl.rl.envs.TrivialEnv`), compiled."""
+
+    def __init__(self, num_envs, obs_shape=(1,), episode_length=100):
+        obs_shape = (int(obs_shape),) if np.isscalar(obs_shape) else tuple(int(s) for s in obs_shape)
+        if any(s <= 0 for s in obs_shape):
+            raise EnvError(f"trivial env: obs_shape entries must be positive, got {obs_shape}")
+        if int(episode_length) <= 0:
+            raise EnvError(f"trivial env: episode_length must be positive, got {episode_length}")
+        self.num_envs, self.obs_shape, self.max_steps = num_envs, obs_shape, int(episode_length)
+        self.single_action_shape, self.num_actions = (1,), None
+        self.action_low, self.action_high = -1.0, 1.0
+        self.state_shape = (num_envs,)
+
+    def initial(self, tl, domain):
+        return tl.random.uniform(self.state_shape, domain=domain, low=-1.0, high=1.0, dtype="float64")
+
+    def observe(self, tl, s):
+        n = self.num_envs
+        s = s.astype("float32").reshape((n,) + (1,) * len(self.obs_shape))
+        return tl.broadcast_to(s, (n,) + self.obs_shape)
+
+    def dynamics(self, tl, s, a):
+        a = a.reshape((self.num_envs, 1)).spatial[:, 0].astype("float64")
+        s2 = tl.clip(s + 0.05 * tl.clip(a, -1.0, 1.0), -1.0, 1.0)
+        never = tl.zeros(self.state_shape, "bool", domain=s.domain)   # episodes end by the time limit only
+        return s2, (-tl.abs(s2)).astype("float32"), never
+
+
+class CompiledEnv(Env):
+    """An environment whose reset and step are program tensors (see the module docstring)."""
+
+    compiled = True
+
+    def __init__(self, impl, env_id):
+        super().__init__(impl, env_id)
+        self._s0 = None
+        #: the state tensor of the last ``step`` built (float64, ``impl.state_shape``), to inspect or sink
+        self.state = None
+
+    def reset(self, name="reset"):
+        """The first observation of the run: a fresh initial state, drawn once per run."""
+        import timerl as tl
+
+        from ..api.naming import name_scope
+
+        with name_scope(self.env_id):
+            self._s0 = self.impl.initial(tl, ())
+            obs = self.impl.observe(tl, self._s0)
+            tl.sink(self._s0, lambda v, p: self._start(), name=f"{name}_bookkeeping")
+        return obs
+
+    def _start(self):
+        self._clear()
+        for fn in self.on_reset:
+            fn()
+
+    def _step_op(self, a, name):
+        import timerl as tl
+
+        a = self._action(a)
+        first = a.prog._count
+        obs, reward, done = self._build_step(tl, a, name)
+        for n in range(first, a.prog._count):  # the step's ops: one island of statements (timerl.passes.group)
+            a.prog.pdg.rec(n).attrs["island"] = self.key
+        return obs, reward, done
+
+    def _build_step(self, tl, a, name):
+        dims = a.domain
+        if self._s0 is None:
+            raise EnvError(f"{self.env_id}.step: call env.reset() first (its initial state starts the step's)")
+        if len(dims) not in (1, 2):
+            raise EnvError(f"{self.env_id}.step: the compiled environment steps along the last dim of the action's "
+                           f"domain and carries its state along the one before; action {a.name!r} has domain "
+                           f"{tuple(d.name for d in dims)}: use a domain (t,) or (i, t), or make_env(..., compiled=False)")
+        impl, n = self.impl, self.num_envs
+        t = dims[-1]
+        state = self.state = tl.placeholder(impl.state_shape, "float64", dims, name=f"{name}_state")
+        steps = tl.placeholder((n,), "int64", dims, name=f"{name}_count")
+        zero = (0,) * len(dims)
+        state[zero] = self._s0
+        steps[zero] = tl.zeros((n,), "int64")
+        if len(dims) == 2:
+            i = dims[0]
+            state[i, 0] = state[i - 1, t.bound]
+            steps[i, 0] = steps[i - 1, t.bound]
+        nxt, reward, term = impl.dynamics(tl, state, a)
+        count = steps + 1
+        done = term | (count >= impl.max_steps)
+        fresh = impl.initial(tl, dims)
+        new = tl.where(done, fresh, nxt)
+        state[dims[:-1] + (t + 1,)] = new
+        steps[dims[:-1] + (t + 1,)] = tl.where(done, 0, count)
+        obs = impl.observe(tl, new)
+        tl.sink([reward, done], lambda v, p: self._account(v[0], v[1]), name=f"{name}_bookkeeping")
+        return obs, reward, done
+
+
+def compiled_impl(env_id, num_envs, kwargs):
+    """The compiled dynamics for ``env_id`` with ``kwargs``, or None where gymnasium's must run
+    (an id without a compiled version, or arguments only gymnasium's takes)."""
+    if env_id == "trivial":
+        unknown = set(kwargs) - {"obs_shape", "episode_length"}
+        if unknown:
+            raise EnvError(f"trivial env: unknown arguments {sorted(unknown)}; it takes obs_shape, episode_length")
+        return Trivial(num_envs, **kwargs)
+    if env_id == "CartPole-v1" and set(kwargs) <= {"max_episode_steps"}:
+        return CartPole(num_envs, **kwargs)
+    return None
