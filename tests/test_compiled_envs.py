@@ -24,7 +24,7 @@ def _rollout(env_id, n, actions, backend="numpy", **kwargs):
     (Tb,) = prog.bounds
     got = {}
     with prog:
-        env = tl.rl.make_env(env_id, n, **kwargs)
+        env = tl.rl.make_env(env_id, n, compiled=True, **kwargs)
         assert isinstance(env, CompiledEnv)
         o = tl.placeholder(env.observation_shape, "float32", (t,), name="o")
         o[0] = env.reset()
@@ -112,14 +112,15 @@ def test_compiled_env_on_numba_equals_numpy(env_id, actions):
             np.testing.assert_allclose(y, x, rtol=1e-12 if x.dtype == np.float64 else 1e-6)
 
 
-def test_make_env_compiles_the_ids_it_can_and_forces_gymnasium_on_request():
+def test_make_env_compiles_the_ids_it_can_on_request():
     with tl.Program("t"):
-        assert isinstance(tl.rl.make_env("CartPole-v1", 2), CompiledEnv)
-        assert isinstance(tl.rl.make_env("trivial", 2, obs_shape=(3,)), CompiledEnv)
-        host = tl.rl.make_env("CartPole-v1", 2, compiled=False)
+        assert isinstance(tl.rl.make_env("CartPole-v1", 2, compiled=True), CompiledEnv)
+        assert isinstance(tl.rl.make_env("trivial", 2, obs_shape=(3,), compiled=True), CompiledEnv)
+        host = tl.rl.make_env("CartPole-v1", 2)
         assert type(host) is Env and not isinstance(host, CompiledEnv)
-        assert type(tl.rl.make_env("trivial", 2, compiled=False)) is Env
-        assert type(tl.rl.make_env("CartPole-v1", 2, normalize=True)) is Env   # wrappers: gymnasium's
+        assert type(tl.rl.make_env("trivial", 2)) is Env
+        with pytest.raises(EnvError, match="no compiled version of 'CartPole-v1'"):   # wrappers: gymnasium's only
+            tl.rl.make_env("CartPole-v1", 2, normalize=True, compiled=True)
         with pytest.raises(EnvError, match="no compiled version of 'Acrobot-v1'.*compiled=False"):
             tl.rl.make_env("Acrobot-v1", 2, compiled=True)
         with pytest.raises(EnvError, match="compiled must be"):
@@ -130,20 +131,20 @@ def test_step_over_an_unsupported_domain_is_refused_with_the_way_out():
     prog = tl.Program("i t k")
     i, t, k = prog.dims
     with prog:
-        env = tl.rl.make_env("CartPole-v1", 2)
+        env = tl.rl.make_env("CartPole-v1", 2, compiled=True)
         env.reset()
         a = tl.zeros((2,), "int64", domain=(i, t, k), name="a3")
         with pytest.raises(EnvError, match=r"'a3' has domain \('i', 't', 'k'\).*compiled=False"):
             env.step(a)
 
 
-def test_ppo_takes_the_compiled_env_by_default_and_the_host_one_on_request():
+def test_ppo_takes_the_compiled_env_on_request():
     kw = dict(env="CartPole-v1", num_envs=2, num_steps=8, total_steps=32, epochs=1, minibatches=1, backend="numpy")
-    exe = tl.rl.ppo(**kw)
+    exe = tl.rl.ppo(compiled_env=True, **kw)
     assert isinstance(exe.env, CompiledEnv)
     assert not [n for n in exe.pdg.nodes if exe.pdg.rec(n).op is Op.UDF]   # no host env step
     exe.run()
     assert exe.history.rows[-1]["env_steps"] == 32
-    host = tl.rl.ppo(compiled_env=False, **kw)
+    host = tl.rl.ppo(**kw)
     assert type(host.env) is Env
     assert [n for n in host.pdg.nodes if host.pdg.rec(n).op is Op.UDF]

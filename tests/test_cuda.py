@@ -194,13 +194,13 @@ def test_long_reductions_use_a_block_per_output_and_match_numpy():
 
 
 def test_an_acting_loop_moves_one_observation_batch_in_and_one_action_batch_out_per_step():
-    """CartPole PPO on cuda: each more step of the rollout adds to the transfers exactly the
+    """CartPole PPO on cuda with gymnasium's env: each more step of the rollout adds to the transfers exactly the
     environment step's outputs (observations, rewards, dones) to the device and the actions to
     the host; everything else stays on the device."""
     N, moved = 2, {}
     for T in (4, 8):
         exe = tl.rl.ppo(env="CartPole-v1", num_envs=N, num_steps=T, total_steps=N * T, epochs=1, minibatches=1,
-                        hidden=4, backend="cuda")
+                        hidden=4, backend="cuda", compiled_env=False)   # gymnasium's own env, on the host
         exe.run()
         moved[T] = (exe.stats["h2d_bytes"], exe.stats["d2h_bytes"])
     per_step_in = (moved[8][0] - moved[4][0]) / 4

@@ -34,7 +34,7 @@ def flat(d, I, T):
 
 
 def test_cartpole_native_matches_gymnasium():
-    env = tl.rl.make_env("CartPole-v1", 1, seed=5)
+    env = tl.rl.make_env("CartPole-v1", 1, seed=5, compiled=False)
     assert env.impl.native and env.discrete and env.num_actions == 2
     assert env.observation_shape == (1, 4) and env.action_shape == (1,)
     acts = (np.random.default_rng(1).random((I_, T_, 1)) < 0.8).astype("int64")  # mostly right: short episodes
@@ -118,7 +118,7 @@ def test_sync_env_same_step_reset():
 
 
 def test_trivial_env():
-    env = tl.rl.make_env("trivial", 2, seed=3, obs_shape=(2, 3), episode_length=4)
+    env = tl.rl.make_env("trivial", 2, seed=3, obs_shape=(2, 3), episode_length=4, compiled=False)
     assert env.observation_shape == (2, 2, 3) and env.action_shape == (2, 1) and not env.discrete
     acts = np.full((2, 5, 2, 1), 0.5, "float32")
     acts[..., 1, 0] = -7.0  # clipped to -1
@@ -138,7 +138,7 @@ def test_trivial_env():
 
 
 def test_rerun_repeats():
-    env = tl.rl.make_env("CartPole-v1", 2, seed=1)
+    env = tl.rl.make_env("CartPole-v1", 2, seed=1, compiled=False)
     acts = np.ones((2, 4, 2), "int64")
     exe, obs, _, _ = rollout(env, acts)
     first = dict(obs)

@@ -1,8 +1,8 @@
 """Environments compiled into the program: their dynamics as recurrent-tensor code.
 
-``tl.rl.make_env("CartPole-v1", N)`` and ``make_env("trivial", N)`` return a :class:`CompiledEnv`
-(``compiled=False`` gives gymnasium's own environment, a host UDF). The same user code drives
-both::
+``tl.rl.make_env("CartPole-v1", N, compiled=True)`` and ``make_env("trivial", N, compiled=True)``
+return a :class:`CompiledEnv` (the default, ``compiled=False``, gives gymnasium's own environment,
+a host UDF). The same user code drives both::
 
     o = tl.placeholder(env.observation_shape, "float32", (i, t))
     o[0, 0] = env.reset()
@@ -36,7 +36,7 @@ import numpy as np
 
 from .envs import Env, EnvError
 
-#: the ids with a compiled version; ``make_env(id, ..., compiled=False)`` forces gymnasium's own
+#: the ids with a compiled version (``make_env(id, ..., compiled=True)``)
 COMPILED_IDS = ("CartPole-v1", "trivial")
 
 

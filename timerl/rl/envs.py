@@ -328,7 +328,7 @@ class Env:
         return f"Env({self.env_id!r}, num_envs={self.num_envs}, obs={self.single_observation_shape}, actions={kind})"
 
 
-def make_env(env_id, num_envs, seed=0, compiled=None, **kwargs) -> Env:
+def make_env(env_id, num_envs, seed=0, compiled=False, **kwargs) -> Env:
     """A batched environment for recurrent-tensor programs (see the module docstring).
 
     ``env_id`` is any gymnasium id with Box observations and Discrete or 1-D Box actions,
@@ -337,11 +337,12 @@ def make_env(env_id, num_envs, seed=0, compiled=None, **kwargs) -> Env:
     reward normalisation with clipping; ``gamma=`` for the reward's discounted scale; the
     logged episode returns stay unnormalised). Other kwargs go to ``gymnasium.make``.
 
-    ``compiled``: the ids of :data:`timerl.rl.compiled.COMPILED_IDS` (CartPole-v1, trivial) run
-    compiled into the program by default (``None``): their dynamics are program tensors, not a
-    host UDF (:mod:`timerl.rl.compiled`); ``compiled=False`` forces gymnasium's own environment
-    (for the trivial env, the host :class:`TrivialEnv`); ``compiled=True`` refuses an id or
-    arguments without a compiled version. A bad id, argument or space is a :class:`EnvError`
+    ``compiled=True``: the ids of :data:`timerl.rl.compiled.COMPILED_IDS` (CartPole-v1, trivial) run
+    compiled into the program: their dynamics are program tensors, not a host UDF
+    (:mod:`timerl.rl.compiled`); an id or arguments without a compiled version is an error. Not yet
+    the default: isl does not schedule the per-step n-step REINFORCE with a compiled step in
+    minutes. ``compiled=False`` (the default): gymnasium's own environment (for the trivial env,
+    the host :class:`TrivialEnv`). A bad id, argument or space is a :class:`EnvError`
     (a ValueError).
     """
     from .compiled import COMPILED_IDS, CompiledEnv, compiled_impl
@@ -352,17 +353,16 @@ def make_env(env_id, num_envs, seed=0, compiled=None, **kwargs) -> Env:
         raise EnvError(f"seed must be an int >= 0, got {seed!r}")
     if not isinstance(env_id, str):
         raise EnvError(f"env_id must be a string, got {env_id!r}")
-    if compiled not in (None, True, False):
-        raise EnvError(f"compiled must be None (compiled where available), True or False, got {compiled!r}")
+    if compiled not in (True, False):
+        raise EnvError(f"compiled must be True or False, got {compiled!r}")
     num_envs, seed = int(num_envs), int(seed)
-    if compiled is not False:
+    if compiled:
         impl = compiled_impl(env_id, num_envs, kwargs)
         if impl is not None:
             return CompiledEnv(impl, env_id)
-        if compiled:
-            raise EnvError(f"no compiled version of {env_id!r} with {sorted(kwargs) or 'no arguments'}: compiled "
-                           f"environments are {', '.join(COMPILED_IDS)} (CartPole-v1 takes max_episode_steps); "
-                           "pass compiled=False or None for gymnasium's")
+        raise EnvError(f"no compiled version of {env_id!r} with {sorted(kwargs) or 'no arguments'}: compiled "
+                       f"environments are {', '.join(COMPILED_IDS)} (CartPole-v1 takes max_episode_steps); "
+                       "pass compiled=False for gymnasium's")
     if env_id == "trivial":
         unknown = set(kwargs) - {"obs_shape", "episode_length"}
         if unknown:

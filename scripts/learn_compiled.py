@@ -1,0 +1,55 @@
+"""PPO on the compiled CartPole-v1 beside gymnasium's own, seed for seed: the learning curves and times.
+
+    python scripts/learn_compiled.py                     # 3 seeds x 500k steps, both envs
+    python scripts/learn_compiled.py --seeds 0 --total-steps 100000
+
+Prints one row per (env, seed): the first env step at which the mean return of the last 10
+episodes reached 450 (or "-"), the best such mean, the final one and the wall-clock time
+(compile included), and writes every iteration's row to ``--out`` (JSON lines). Runs one after
+another in this process, one thread each (OMP/OpenBLAS/numba threads = 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--total-steps", type=int, default=500_000)
+    ap.add_argument("--threshold", type=float, default=450.0)
+    ap.add_argument("--out", default="asv_benchmarks/results/learn_compiled.jsonl")
+    ns = ap.parse_args(argv)
+    import timerl as tl
+
+    rows = []
+    print(f"{'env':>10} {'seed':>4} {'steps to ' + str(int(ns.threshold)):>14} {'best':>7} {'final':>7} {'seconds':>8}")
+    for compiled in (True, False):
+        for seed in (int(s) for s in ns.seeds.split(",")):
+            t0 = time.perf_counter()
+            exe = tl.rl.ppo(env="CartPole-v1", total_steps=ns.total_steps, seed=seed, compiled_env=compiled)
+            exe.run()
+            secs = time.perf_counter() - t0
+            hist = exe.history.rows
+            reached = next((r["env_steps"] for r in hist if r["mean_return"] >= ns.threshold), None)
+            best = max((r["mean_return"] for r in hist if r["mean_return"] == r["mean_return"]), default=float("nan"))
+            kind = "compiled" if compiled else "gymnasium"
+            print(f"{kind:>10} {seed:>4} {reached if reached is not None else '-':>14} {best:7.1f} "
+                  f"{hist[-1]['mean_return']:7.1f} {secs:8.1f}", flush=True)
+            rows += [dict(r, env=kind, seed=seed, total_seconds=secs) for r in hist]
+    os.makedirs(os.path.dirname(ns.out) or ".", exist_ok=True)
+    with open(ns.out, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    print(f"wrote {ns.out}")
+
+
+if __name__ == "__main__":
+    main()
