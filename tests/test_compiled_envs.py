@@ -103,6 +103,8 @@ def test_trivial_env_steps_as_the_host_env_does():
 @pytest.mark.parametrize("env_id, actions", [
     ("CartPole-v1", np.random.default_rng(0).integers(0, 2, size=(300, 4)).astype(np.int64)),
     ("trivial", np.random.default_rng(0).normal(size=(300, 4, 1)).astype(np.float32)),
+    ("MountainCar-v0", np.random.default_rng(0).integers(0, 3, size=(300, 4)).astype(np.int64)),
+    ("Pendulum-v1", np.random.default_rng(0).normal(size=(300, 4, 1)).astype(np.float32)),
 ])
 def test_compiled_env_on_numba_equals_numpy(env_id, actions):
     want, _ = _rollout(env_id, 4, actions, backend="numpy")
@@ -148,3 +150,48 @@ def test_ppo_takes_the_compiled_env_on_request():
     host = tl.rl.ppo(**kw)
     assert type(host.env) is Env
     assert [n for n in host.pdg.nodes if host.pdg.rec(n).op is Op.UDF]
+
+
+def _single_reference(env_id, state, action, **kwargs):
+    """gymnasium's own step of one env of ``env_id`` from ``state``: (obs, reward, terminated)."""
+    import gymnasium as gym
+
+    env = _single_reference.cache.get(env_id)
+    if env is None:
+        env = _single_reference.cache[env_id] = gym.make(env_id, **kwargs).unwrapped
+        env.reset(seed=0)
+    env.state = np.array(state, np.float64)
+    obs, r, term, _, _ = env.step(action)
+    return obs, r, term
+
+
+_single_reference.cache = {}
+
+
+@pytest.mark.parametrize("env_id, max_steps, make_actions, reaches", [
+    ("MountainCar-v0", 200, lambda rng, T, n: rng.integers(0, 3, size=(T, n)), False),
+    ("MountainCar-v0", 200, lambda rng, T, n: np.tile(((np.arange(T) // 40) % 2 * 2)[:, None], (1, n)), True),  # swings
+    ("Pendulum-v1", 200, lambda rng, T, n: rng.uniform(-3, 3, size=(T, n, 1)).astype(np.float32), False),
+])
+def test_classic_control_steps_as_gymnasium_does(env_id, max_steps, make_actions, reaches):
+    n, T = 3, 1500
+    actions = make_actions(np.random.default_rng(11), T, n)
+    actions = actions.astype(np.int64) if actions.dtype.kind in "iu" else actions
+    steps, env = _rollout(env_id, n, actions)
+    count = np.zeros(n, np.int64)
+    terms = truncs = 0
+    for t, (state, obs, r, done) in enumerate(steps):
+        for k in range(n):
+            g_obs, g_r, g_term = _single_reference(env_id, state[:, k], actions[t, k])
+            g_trunc = count[k] + 1 >= max_steps
+            assert bool(done[k]) == (g_term or g_trunc), (t, k)
+            np.testing.assert_allclose(r[k], np.float32(g_r), rtol=1e-6, err_msg=f"reward at step {t}, env {k}")
+            if not done[k]:
+                np.testing.assert_allclose(obs[k], g_obs, rtol=1e-6, atol=1e-7, err_msg=f"obs at step {t}, env {k}")
+                np.testing.assert_allclose(steps[t + 1][0][:, k] if t + 1 < T else _single_reference.cache[env_id].state,
+                                           _single_reference.cache[env_id].state, rtol=1e-12, atol=1e-15)
+            terms += bool(g_term)
+            truncs += bool(g_trunc and not g_term)
+        count = np.where(done, 0, count + 1)
+    assert truncs > 0
+    assert (terms > 0) == reaches   # the swinging MountainCar reaches the goal; Pendulum never terminates

@@ -37,7 +37,7 @@ import numpy as np
 from .envs import Env, EnvError
 
 #: the ids with a compiled version (``make_env(id, ..., compiled=True)``)
-COMPILED_IDS = ("CartPole-v1", "trivial")
+COMPILED_IDS = ("CartPole-v1", "MountainCar-v0", "Pendulum-v1", "trivial")
 
 
 class CartPole:
@@ -79,6 +79,70 @@ class CartPole:
                 | (theta2 < -self.theta_threshold_radians) | (theta2 > self.theta_threshold_radians))
         reward = tl.ones((self.num_envs,), "float32", domain=s.domain)   # 1 every step
         return tl.stack([x2, x_dot2, theta2, theta_dot2], axis=0), reward, term
+
+
+class MountainCar:
+    """gymnasium's ``MountainCar-v0`` (200-step limit), vectorized: float64 state (position, velocity)."""
+
+    min_position, max_position, max_speed, goal_position = -1.2, 0.6, 0.07, 0.5
+    force, gravity = 0.001, 0.0025
+
+    def __init__(self, num_envs, max_episode_steps=200, goal_velocity=0):
+        self.num_envs, self.max_steps, self.goal_velocity = num_envs, int(max_episode_steps), goal_velocity
+        self.obs_shape, self.single_action_shape, self.num_actions = (2,), (), 3
+        self.state_shape = (2, num_envs)
+
+    def initial(self, tl, domain):
+        pos = tl.random.uniform((1, self.num_envs), domain=domain, low=-0.6, high=-0.4, dtype="float64")
+        return tl.concat([pos, tl.zeros((1, self.num_envs), "float64", domain=domain)], axis=0)
+
+    def observe(self, tl, s):
+        return s.transpose(1, 0).astype("float32")
+
+    def dynamics(self, tl, s, a):
+        position, velocity = s.spatial[0], s.spatial[1]
+        # gymnasium's ``velocity += (action - 1) * force + cos(3 * position) * (-gravity)``: the sum first
+        velocity = velocity + ((a - 1).astype("float64") * self.force + tl.cos(3 * position) * (-self.gravity))
+        velocity = tl.clip(velocity, -self.max_speed, self.max_speed)
+        position = tl.clip(position + velocity, self.min_position, self.max_position)
+        velocity = tl.where((position == self.min_position) & (velocity < 0), 0.0, velocity)
+        term = (position >= self.goal_position) & (velocity >= self.goal_velocity)
+        reward = -tl.ones((self.num_envs,), "float32", domain=s.domain)
+        return tl.stack([position, velocity], axis=0), reward, term
+
+
+class Pendulum:
+    """gymnasium's ``Pendulum-v1`` (200-step limit, never terminates): float64 state (theta, theta_dot);
+    the torque clipped in float32 as gymnasium clips the float32 action."""
+
+    max_speed, max_torque, dt, m, length = 8, 2.0, 0.05, 1.0, 1.0
+
+    def __init__(self, num_envs, max_episode_steps=200, g=10.0):
+        self.num_envs, self.max_steps, self.g = num_envs, int(max_episode_steps), float(g)
+        self.obs_shape, self.single_action_shape, self.num_actions = (3,), (1,), None
+        self.action_low, self.action_high = -self.max_torque, self.max_torque
+        self.state_shape = (2, num_envs)
+
+    def initial(self, tl, domain):
+        u = tl.random.uniform(self.state_shape, domain=domain, low=-1.0, high=1.0, dtype="float64")
+        return tl.concat([u.spatial[0:1] * math.pi, u.spatial[1:2]], axis=0)   # theta in [-pi, pi], theta_dot in [-1, 1]
+
+    def observe(self, tl, s):
+        th, thdot = s.spatial[0], s.spatial[1]
+        return tl.stack([tl.cos(th), tl.sin(th), thdot], axis=1).astype("float32")
+
+    def dynamics(self, tl, s, a):
+        th, thdot = s.spatial[0], s.spatial[1]
+        u32 = tl.clip(a.reshape((self.num_envs, 1)).spatial[:, 0], -self.max_torque, self.max_torque)   # float32
+        norm = ((th + math.pi) % (2 * math.pi)) - math.pi
+        costs = norm * norm + 0.1 * (thdot * thdot) + (0.001 * (u32 * u32)).astype("float64")
+        g, m, ln, dt = self.g, self.m, self.length, self.dt
+        # ``3.0 / (m * l**2) * u`` of a float32 u is float32 in numpy (a Python float does not widen it)
+        newthdot = thdot + (3 * g / (2 * ln) * tl.sin(th) + (u32 * (3.0 / (m * ln ** 2))).astype("float64")) * dt
+        newthdot = tl.clip(newthdot, -self.max_speed, self.max_speed)
+        newth = th + newthdot * dt
+        never = tl.zeros((self.num_envs,), "bool", domain=s.domain)
+        return tl.stack([newth, newthdot], axis=0), (-costs).astype("float32"), never
 
 
 class Trivial:
@@ -189,4 +253,8 @@ def compiled_impl(env_id, num_envs, kwargs):
         return Trivial(num_envs, **kwargs)
     if env_id == "CartPole-v1" and set(kwargs) <= {"max_episode_steps"}:
         return CartPole(num_envs, **kwargs)
+    if env_id == "MountainCar-v0" and set(kwargs) <= {"max_episode_steps", "goal_velocity"}:
+        return MountainCar(num_envs, **kwargs)
+    if env_id == "Pendulum-v1" and set(kwargs) <= {"max_episode_steps", "g"}:
+        return Pendulum(num_envs, **kwargs)
     return None

@@ -337,7 +337,8 @@ def make_env(env_id, num_envs, seed=0, compiled=False, **kwargs) -> Env:
     reward normalisation with clipping; ``gamma=`` for the reward's discounted scale; the
     logged episode returns stay unnormalised). Other kwargs go to ``gymnasium.make``.
 
-    ``compiled=True``: the ids of :data:`timerl.rl.compiled.COMPILED_IDS` (CartPole-v1, trivial) run
+    ``compiled=True``: the ids of :data:`timerl.rl.compiled.COMPILED_IDS` (CartPole-v1, MountainCar-v0,
+    Pendulum-v1, trivial) run
     compiled into the program: their dynamics are program tensors, not a host UDF
     (:mod:`timerl.rl.compiled`); an id or arguments without a compiled version is an error. Not yet
     the default: isl does not schedule the per-step n-step REINFORCE with a compiled step in
@@ -361,7 +362,8 @@ def make_env(env_id, num_envs, seed=0, compiled=False, **kwargs) -> Env:
         if impl is not None:
             return CompiledEnv(impl, env_id)
         raise EnvError(f"no compiled version of {env_id!r} with {sorted(kwargs) or 'no arguments'}: compiled "
-                       f"environments are {', '.join(COMPILED_IDS)} (CartPole-v1 takes max_episode_steps); "
+                       f"environments are {', '.join(COMPILED_IDS)} (they take max_episode_steps; MountainCar-v0 "
+                       "goal_velocity, Pendulum-v1 g); "
                        "pass compiled=False for gymnasium's")
     if env_id == "trivial":
         unknown = set(kwargs) - {"obs_shape", "episode_length"}
