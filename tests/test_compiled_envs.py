@@ -15,10 +15,11 @@ from timerl.rl.compiled import CompiledEnv
 from timerl.rl.envs import Env, EnvError, TrivialEnv
 
 
-def _rollout(env_id, n, actions, backend="numpy", **kwargs):
-    """Run the compiled env over ``actions`` (T x action shape); per step t: the state before the
-    step, and the step's observation, reward and done."""
-    T = len(actions)
+def _rollout(env_id, n, actions, backend="numpy", policy=None, T=None, **kwargs):
+    """Run the compiled env over ``actions`` (T x action shape), or the actions ``policy(o)`` computes
+    in the program; per step t: the state before the step, the step's observation, reward and
+    done, and the action."""
+    T = len(actions) if T is None else T
     prog = tl.Program("t")
     (t,) = prog.dims
     (Tb,) = prog.bounds
@@ -28,9 +29,9 @@ def _rollout(env_id, n, actions, backend="numpy", **kwargs):
         assert isinstance(env, CompiledEnv)
         o = tl.placeholder(env.observation_shape, "float32", (t,), name="o")
         o[0] = env.reset()
-        a = tl.tensor(actions, domain=(t,), name="a")
+        a = tl.tensor(actions, domain=(t,), name="a") if policy is None else policy(o)
         o[t + 1], r, done = env.step(a)
-        tl.sink([env.state, o[t + 1], r, done], lambda v, p: got.__setitem__(p["t"], [np.array(x) for x in v]))
+        tl.sink([env.state, o[t + 1], r, done, a], lambda v, p: got.__setitem__(p["t"], [np.array(x) for x in v]))
     exe = prog.compile(bounds={Tb: T}, backend=backend)
     exe.run()
     return [got[k] for k in range(T)], env
@@ -55,7 +56,7 @@ def test_cartpole_steps_as_gymnasium_does(max_steps, policy):
     venv = _cartpole_reference(n, max_steps)
     count = np.zeros(n, np.int32)
     ends = truncs = 0
-    for t, (state, obs, r, done) in enumerate(steps):
+    for t, (state, obs, r, done, _) in enumerate(steps):
         # gymnasium from the compiled state, with the episode step counts carried alongside
         venv.state = state.copy()
         venv.steps = count.copy()
@@ -89,7 +90,7 @@ def test_trivial_env_steps_as_the_host_env_does():
     host = TrivialEnv(n, obs_shape=(2, 3), episode_length=length)
     host.reset()
     count = np.zeros(n, np.int64)
-    for t, (state, obs, r, done) in enumerate(steps):
+    for t, (state, obs, r, done, _) in enumerate(steps):
         host.s, host.steps = state.copy(), count.copy()
         h_obs, h_r, h_done = host.step(actions[t])
         np.testing.assert_array_equal(done, h_done)
@@ -97,7 +98,7 @@ def test_trivial_env_steps_as_the_host_env_does():
         np.testing.assert_array_equal(obs[~done], h_obs[~done])
         assert obs.shape == (n, 2, 3) and obs.dtype == np.float32
         count = np.where(done, 0, count + 1)
-    assert sum(d.sum() for *_, d in steps) == n * (T // length)
+    assert sum(d.sum() for *_, d, _ in steps) == n * (T // length)
 
 
 @pytest.mark.parametrize("env_id, actions", [
@@ -105,6 +106,7 @@ def test_trivial_env_steps_as_the_host_env_does():
     ("trivial", np.random.default_rng(0).normal(size=(300, 4, 1)).astype(np.float32)),
     ("MountainCar-v0", np.random.default_rng(0).integers(0, 3, size=(300, 4)).astype(np.int64)),
     ("Pendulum-v1", np.random.default_rng(0).normal(size=(300, 4, 1)).astype(np.float32)),
+    ("Acrobot-v1", np.random.default_rng(0).integers(0, 3, size=(300, 4)).astype(np.int64)),
 ])
 def test_compiled_env_on_numba_equals_numpy(env_id, actions):
     want, _ = _rollout(env_id, 4, actions, backend="numpy")
@@ -123,8 +125,8 @@ def test_make_env_compiles_the_ids_it_can_on_request():
         assert type(tl.rl.make_env("trivial", 2)) is Env
         with pytest.raises(EnvError, match="no compiled version of 'CartPole-v1'"):   # wrappers: gymnasium's only
             tl.rl.make_env("CartPole-v1", 2, normalize=True, compiled=True)
-        with pytest.raises(EnvError, match="no compiled version of 'Acrobot-v1'.*compiled=False"):
-            tl.rl.make_env("Acrobot-v1", 2, compiled=True)
+        with pytest.raises(EnvError, match="no compiled version of 'MountainCarContinuous-v0'.*compiled=False"):
+            tl.rl.make_env("MountainCarContinuous-v0", 2, compiled=True)
         with pytest.raises(EnvError, match="compiled must be"):
             tl.rl.make_env("CartPole-v1", 2, compiled="yes")
 
@@ -172,6 +174,8 @@ _single_reference.cache = {}
     ("MountainCar-v0", 200, lambda rng, T, n: rng.integers(0, 3, size=(T, n)), False),
     ("MountainCar-v0", 200, lambda rng, T, n: np.tile(((np.arange(T) // 40) % 2 * 2)[:, None], (1, n)), True),  # swings
     ("Pendulum-v1", 200, lambda rng, T, n: rng.uniform(-3, 3, size=(T, n, 1)).astype(np.float32), False),
+    ("Acrobot-v1", 500, lambda rng, T, n: rng.integers(0, 3, size=(T, n)), None),
+    ("Acrobot-v1", 500, lambda rng, T, n: np.tile(((np.arange(T) // 4) % 2 * 2)[:, None], (1, n)), None),  # pumps
 ])
 def test_classic_control_steps_as_gymnasium_does(env_id, max_steps, make_actions, reaches):
     n, T = 3, 1500
@@ -180,7 +184,7 @@ def test_classic_control_steps_as_gymnasium_does(env_id, max_steps, make_actions
     steps, env = _rollout(env_id, n, actions)
     count = np.zeros(n, np.int64)
     terms = truncs = 0
-    for t, (state, obs, r, done) in enumerate(steps):
+    for t, (state, obs, r, done, _) in enumerate(steps):
         for k in range(n):
             g_obs, g_r, g_term = _single_reference(env_id, state[:, k], actions[t, k])
             g_trunc = count[k] + 1 >= max_steps
@@ -194,4 +198,24 @@ def test_classic_control_steps_as_gymnasium_does(env_id, max_steps, make_actions
             truncs += bool(g_trunc and not g_term)
         count = np.where(done, 0, count + 1)
     assert truncs > 0
-    assert (terms > 0) == reaches   # the swinging MountainCar reaches the goal; Pendulum never terminates
+    if reaches is not None:
+        assert (terms > 0) == reaches   # the swinging MountainCar reaches the goal; Pendulum never terminates
+
+
+def test_acrobot_pumped_by_a_policy_in_the_program_reaches_its_goal_as_gymnasium_does():
+    """Actions from the program (torque along the second joint's velocity): episodes end by reaching
+    the height, and every step, terminal ones included, is gymnasium's."""
+    n = 3
+    steps, env = _rollout("Acrobot-v1", n, None, T=800,
+                          policy=lambda o: tl.where(o.spatial[:, 5] > 0, 2, 0).astype("int64"))
+    count, terms = np.zeros(n, np.int64), 0
+    for t, (state, obs, r, done, a) in enumerate(steps):
+        for k in range(n):
+            g_obs, g_r, g_term = _single_reference("Acrobot-v1", state[:, k], int(a[k]))
+            assert bool(done[k]) == (g_term or count[k] + 1 >= 500), (t, k)
+            assert r[k] == np.float32(g_r)
+            if not done[k]:
+                np.testing.assert_allclose(obs[k], g_obs, rtol=1e-6, atol=1e-7)
+            terms += bool(g_term)
+        count = np.where(done, 0, count + 1)
+    assert terms >= n and all(ret > -500 for _, ret, _ in env.episode_returns)

@@ -37,7 +37,7 @@ import numpy as np
 from .envs import Env, EnvError
 
 #: the ids with a compiled version (``make_env(id, ..., compiled=True)``)
-COMPILED_IDS = ("CartPole-v1", "MountainCar-v0", "Pendulum-v1", "trivial")
+COMPILED_IDS = ("Acrobot-v1", "CartPole-v1", "MountainCar-v0", "Pendulum-v1", "trivial")
 
 
 class CartPole:
@@ -143,6 +143,68 @@ class Pendulum:
         newth = th + newthdot * dt
         never = tl.zeros((self.num_envs,), "bool", domain=s.domain)
         return tl.stack([newth, newthdot], axis=0), (-costs).astype("float32"), never
+
+
+class Acrobot:
+    """gymnasium's ``Acrobot-v1`` ("book" dynamics, one RK4 step of dt = 0.2, no torque noise,
+    500-step limit): float64 state (theta1, theta2, dtheta1, dtheta2)."""
+
+    dt, g = 0.2, 9.8
+    m1 = m2 = l1 = 1.0
+    lc1 = lc2 = 0.5
+    moi = 1.0
+    max_vel_1, max_vel_2 = 4 * math.pi, 9 * math.pi
+
+    def __init__(self, num_envs, max_episode_steps=500):
+        self.num_envs, self.max_steps = num_envs, int(max_episode_steps)
+        self.obs_shape, self.single_action_shape, self.num_actions = (6,), (), 3
+        self.state_shape = (4, num_envs)
+
+    def initial(self, tl, domain):
+        return tl.random.uniform(self.state_shape, domain=domain, low=-0.1, high=0.1, dtype="float64")
+
+    def observe(self, tl, s):
+        th1, th2, dth1, dth2 = (s.spatial[k] for k in range(4))
+        return tl.stack([tl.cos(th1), tl.sin(th1), tl.cos(th2), tl.sin(th2), dth1, dth2], axis=1).astype("float32")
+
+    def _dsdt(self, tl, y, a):
+        """gymnasium's ``_dsdt``, term for term (its constants folded in the same order)."""
+        m1, m2, l1, lc1, lc2, I1, I2, g, pi = self.m1, self.m2, self.l1, self.lc1, self.lc2, self.moi, self.moi, \
+            self.g, math.pi
+        theta1, theta2, dtheta1, dtheta2 = y
+        d1 = m1 * lc1**2 + m2 * (l1**2 + lc2**2 + 2 * l1 * lc2 * tl.cos(theta2)) + I1 + I2
+        d2 = m2 * (lc2**2 + l1 * lc2 * tl.cos(theta2)) + I2
+        phi2 = m2 * lc2 * g * tl.cos(theta1 + theta2 - pi / 2.0)
+        phi1 = (-m2 * l1 * lc2 * (dtheta2 * dtheta2) * tl.sin(theta2)
+                - 2 * m2 * l1 * lc2 * dtheta2 * dtheta1 * tl.sin(theta2)
+                + (m1 * lc1 + m2 * l1) * g * tl.cos(theta1 - pi / 2) + phi2)
+        ddtheta2 = (a + d2 / d1 * phi1 - m2 * l1 * lc2 * (dtheta1 * dtheta1) * tl.sin(theta2) - phi2) / (
+            m2 * lc2**2 + I2 - (d2 * d2) / d1)
+        ddtheta1 = -(d2 * ddtheta2 + phi1) / d1
+        return [dtheta1, dtheta2, ddtheta1, ddtheta2]
+
+    def dynamics(self, tl, s, a):
+        torque = (a - 1).astype("float64")   # AVAIL_TORQUE[a]: -1, 0, +1
+        y0 = [s.spatial[k] for k in range(4)]
+        dt = 0.2 - 0   # gymnasium's rk4 over t = [0, dt]
+        dt2 = dt / 2.0
+        k1 = self._dsdt(tl, y0, torque)
+        k2 = self._dsdt(tl, [y + dt2 * k for y, k in zip(y0, k1)], torque)
+        k3 = self._dsdt(tl, [y + dt2 * k for y, k in zip(y0, k2)], torque)
+        k4 = self._dsdt(tl, [y + dt * k for y, k in zip(y0, k3)], torque)
+        y = [y + dt / 6.0 * (p + 2 * q + 2 * r + w) for y, p, q, r, w in zip(y0, k1, k2, k3, k4)]
+
+        def wrap(x):  # gymnasium's wrap(x, -pi, pi): its loops run at most twice from a bounded state
+            for _ in range(2):
+                x = tl.where(x > math.pi, x - 2 * math.pi, tl.where(x < -math.pi, x + 2 * math.pi, x))
+            return x
+
+        th1, th2 = wrap(y[0]), wrap(y[1])
+        dth1 = tl.clip(y[2], -self.max_vel_1, self.max_vel_1)
+        dth2 = tl.clip(y[3], -self.max_vel_2, self.max_vel_2)
+        term = -tl.cos(th1) - tl.cos(th2 + th1) > 1.0
+        reward = tl.where(term, 0.0, -1.0).astype("float32")
+        return tl.stack([th1, th2, dth1, dth2], axis=0), reward, term
 
 
 class Trivial:
@@ -253,6 +315,8 @@ def compiled_impl(env_id, num_envs, kwargs):
         return Trivial(num_envs, **kwargs)
     if env_id == "CartPole-v1" and set(kwargs) <= {"max_episode_steps"}:
         return CartPole(num_envs, **kwargs)
+    if env_id == "Acrobot-v1" and set(kwargs) <= {"max_episode_steps"}:
+        return Acrobot(num_envs, **kwargs)
     if env_id == "MountainCar-v0" and set(kwargs) <= {"max_episode_steps", "goal_velocity"}:
         return MountainCar(num_envs, **kwargs)
     if env_id == "Pendulum-v1" and set(kwargs) <= {"max_episode_steps", "g"}:

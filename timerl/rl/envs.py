@@ -337,8 +337,8 @@ def make_env(env_id, num_envs, seed=0, compiled=False, **kwargs) -> Env:
     reward normalisation with clipping; ``gamma=`` for the reward's discounted scale; the
     logged episode returns stay unnormalised). Other kwargs go to ``gymnasium.make``.
 
-    ``compiled=True``: the ids of :data:`timerl.rl.compiled.COMPILED_IDS` (CartPole-v1, MountainCar-v0,
-    Pendulum-v1, trivial) run
+    ``compiled=True``: the ids of :data:`timerl.rl.compiled.COMPILED_IDS` (Acrobot-v1, CartPole-v1,
+    MountainCar-v0, Pendulum-v1, trivial) run
     compiled into the program: their dynamics are program tensors, not a host UDF
     (:mod:`timerl.rl.compiled`); an id or arguments without a compiled version is an error. Not yet
     the default: isl does not schedule the per-step n-step REINFORCE with a compiled step in
