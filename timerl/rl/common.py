@@ -51,7 +51,7 @@ class CommonArgs:
     normalize: bool = False
     """normalise observations and rewards with running statistics (gymnasium envs; for continuous control)"""
     compiled_env: bool = False
-    """run the env compiled into the program (Acrobot-v1, CartPole-v1, MountainCar-v0, Pendulum-v1, trivial: its dynamics as program tensors, not a host UDF);
+    """run the env compiled into the program (the classic-control ids and trivial: its dynamics as program tensors, not a host UDF);
     False: gymnasium's own env (the host trivial env)"""
     memory_budget: int = None
     """cap in bytes on the planned peak of live tensor bytes (the compiler spills rollout data to disk when it must;

@@ -1,7 +1,8 @@
 """Environments compiled into the program: their dynamics as recurrent-tensor code.
 
-``tl.rl.make_env("CartPole-v1", N, compiled=True)`` and ``make_env("trivial", N, compiled=True)``
-return a :class:`CompiledEnv` (the default, ``compiled=False``, gives gymnasium's own environment,
+``tl.rl.make_env(id, N, compiled=True)`` for the ids of :data:`COMPILED_IDS` (gymnasium's classic
+control: Acrobot-v1, CartPole-v1, MountainCar-v0, MountainCarContinuous-v0, Pendulum-v1; and the
+trivial env) returns a :class:`CompiledEnv` (the default, ``compiled=False``, gives gymnasium's own environment,
 a host UDF). The same user code drives both::
 
     o = tl.placeholder(env.observation_shape, "float32", (i, t))
@@ -37,7 +38,7 @@ import numpy as np
 from .envs import Env, EnvError
 
 #: the ids with a compiled version (``make_env(id, ..., compiled=True)``)
-COMPILED_IDS = ("Acrobot-v1", "CartPole-v1", "MountainCar-v0", "Pendulum-v1", "trivial")
+COMPILED_IDS = ("Acrobot-v1", "CartPole-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Pendulum-v1", "trivial")
 
 
 class CartPole:
@@ -62,8 +63,9 @@ class CartPole:
     def observe(self, tl, s):
         return s.transpose(1, 0).astype("float32")
 
-    def dynamics(self, tl, s, a):
-        """(next state, reward, terminated): gymnasium's ``step``, term for term."""
+    def dynamics(self, tl, s, a, count):
+        """(next state, reward, terminated): gymnasium's ``step``, term for term (``count``: the episode's
+        steps so far, which only MountainCarContinuous reads)."""
         x, x_dot, theta, theta_dot = (s.spatial[k] for k in range(4))
         force = tl.where(a == 1, self.force_mag, -self.force_mag).astype("float64")   # sign(a - 0.5) * force_mag
         costheta, sintheta = tl.cos(theta), tl.sin(theta)
@@ -99,7 +101,7 @@ class MountainCar:
     def observe(self, tl, s):
         return s.transpose(1, 0).astype("float32")
 
-    def dynamics(self, tl, s, a):
+    def dynamics(self, tl, s, a, count):
         position, velocity = s.spatial[0], s.spatial[1]
         # gymnasium's ``velocity += (action - 1) * force + cos(3 * position) * (-gravity)``: the sum first
         velocity = velocity + ((a - 1).astype("float64") * self.force + tl.cos(3 * position) * (-self.gravity))
@@ -109,6 +111,51 @@ class MountainCar:
         term = (position >= self.goal_position) & (velocity >= self.goal_velocity)
         reward = -tl.ones((self.num_envs,), "float32", domain=s.domain)
         return tl.stack([position, velocity], axis=0), reward, term
+
+
+class MountainCarContinuous:
+    """gymnasium's ``MountainCarContinuous-v0`` (999-step limit), vectorized. gymnasium keeps its state
+    in float32 between steps (in float64 right after a reset) and mixes float32 and Python-float
+    arithmetic; this follows its precisions: the state (float64 here) holds float32 values, and the
+    first step of an episode computes in float64, the others in float32. An action outside [-1, 1]
+    is clipped in float32 (gymnasium's ``min(max(a, -1.0), 1.0)`` then computes ``force * power`` in
+    float64: a difference in the last bits of that step's velocity)."""
+
+    min_position, max_position, max_speed, goal_position, power = -1.2, 0.6, 0.07, 0.45, 0.0015
+
+    def __init__(self, num_envs, max_episode_steps=999, goal_velocity=0):
+        self.num_envs, self.max_steps, self.goal_velocity = num_envs, int(max_episode_steps), goal_velocity
+        self.obs_shape, self.single_action_shape, self.num_actions = (2,), (1,), None
+        self.action_low, self.action_high = -1.0, 1.0
+        self.state_shape = (2, num_envs)
+
+    initial = MountainCar.initial
+    observe = MountainCar.observe
+
+    def dynamics(self, tl, s, a, count):
+        force = tl.clip(a.reshape((self.num_envs, 1)).spatial[:, 0], -1.0, 1.0)   # float32
+        fp = force * self.power                                                   # float32, as in numpy
+
+        def step(p, v, dt):  # gymnasium's arithmetic with a position and velocity of dtype dt
+            d = 0.0025 * tl.cos((3 * p).astype("float64"))                      # math.cos: a Python float
+            v = v + (fp - d.astype("float32")).astype(dt)
+            v = tl.clip(v, -self.max_speed, self.max_speed)
+            p = tl.clip(p + v, self.min_position, self.max_position)
+            v = tl.where((p == self.min_position) & (v < 0), 0.0, v).astype(dt)
+            return p, v
+
+        p64, v64 = s.spatial[0], s.spatial[1]
+        p_a, v_a = step(p64, v64, "float64")                                     # just reset: float64
+        p_b, v_b = step(p64.astype("float32"), v64.astype("float32"), "float32")
+        first = count == 0
+        p = tl.where(first, p_a.astype("float32"), p_b).astype("float64")       # stored as float32
+        v = tl.where(first, v_a.astype("float32"), v_b).astype("float64")
+        pos = tl.where(first, p_a, p_b.astype("float64"))
+        vel = tl.where(first, v_a, v_b.astype("float64"))
+        term = (pos >= self.goal_position) & (vel >= self.goal_velocity)
+        a64 = a.reshape((self.num_envs, 1)).spatial[:, 0].astype("float64")
+        reward = (tl.where(term, 100.0, 0.0) - a64 * a64 * 0.1).astype("float32")
+        return tl.stack([p, v], axis=0), reward, term
 
 
 class Pendulum:
@@ -131,7 +178,7 @@ class Pendulum:
         th, thdot = s.spatial[0], s.spatial[1]
         return tl.stack([tl.cos(th), tl.sin(th), thdot], axis=1).astype("float32")
 
-    def dynamics(self, tl, s, a):
+    def dynamics(self, tl, s, a, count):
         th, thdot = s.spatial[0], s.spatial[1]
         u32 = tl.clip(a.reshape((self.num_envs, 1)).spatial[:, 0], -self.max_torque, self.max_torque)   # float32
         norm = ((th + math.pi) % (2 * math.pi)) - math.pi
@@ -183,7 +230,7 @@ class Acrobot:
         ddtheta1 = -(d2 * ddtheta2 + phi1) / d1
         return [dtheta1, dtheta2, ddtheta1, ddtheta2]
 
-    def dynamics(self, tl, s, a):
+    def dynamics(self, tl, s, a, count):
         torque = (a - 1).astype("float64")   # AVAIL_TORQUE[a]: -1, 0, +1
         y0 = [s.spatial[k] for k in range(4)]
         dt = 0.2 - 0   # gymnasium's rk4 over t = [0, dt]
@@ -229,7 +276,7 @@ class Trivial:
         s = s.astype("float32").reshape((n,) + (1,) * len(self.obs_shape))
         return tl.broadcast_to(s, (n,) + self.obs_shape)
 
-    def dynamics(self, tl, s, a):
+    def dynamics(self, tl, s, a, count):
         a = a.reshape((self.num_envs, 1)).spatial[:, 0].astype("float64")
         s2 = tl.clip(s + 0.05 * tl.clip(a, -1.0, 1.0), -1.0, 1.0)
         never = tl.zeros(self.state_shape, "bool", domain=s.domain)   # episodes end by the time limit only
@@ -293,7 +340,7 @@ class CompiledEnv(Env):
             i = dims[0]
             state[i, 0] = state[i - 1, t.bound]
             steps[i, 0] = steps[i - 1, t.bound]
-        nxt, reward, term = impl.dynamics(tl, state, a)
+        nxt, reward, term = impl.dynamics(tl, state, a, steps)
         count = steps + 1
         done = term | (count >= impl.max_steps)
         fresh = impl.initial(tl, dims)
@@ -319,6 +366,8 @@ def compiled_impl(env_id, num_envs, kwargs):
         return Acrobot(num_envs, **kwargs)
     if env_id == "MountainCar-v0" and set(kwargs) <= {"max_episode_steps", "goal_velocity"}:
         return MountainCar(num_envs, **kwargs)
+    if env_id == "MountainCarContinuous-v0" and set(kwargs) <= {"max_episode_steps", "goal_velocity"}:
+        return MountainCarContinuous(num_envs, **kwargs)
     if env_id == "Pendulum-v1" and set(kwargs) <= {"max_episode_steps", "g"}:
         return Pendulum(num_envs, **kwargs)
     return None

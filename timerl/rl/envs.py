@@ -338,7 +338,7 @@ def make_env(env_id, num_envs, seed=0, compiled=False, **kwargs) -> Env:
     logged episode returns stay unnormalised). Other kwargs go to ``gymnasium.make``.
 
     ``compiled=True``: the ids of :data:`timerl.rl.compiled.COMPILED_IDS` (Acrobot-v1, CartPole-v1,
-    MountainCar-v0, Pendulum-v1, trivial) run
+    MountainCar-v0, MountainCarContinuous-v0, Pendulum-v1, trivial) run
     compiled into the program: their dynamics are program tensors, not a host UDF
     (:mod:`timerl.rl.compiled`); an id or arguments without a compiled version is an error. Not yet
     the default: isl does not schedule the per-step n-step REINFORCE with a compiled step in
@@ -362,7 +362,7 @@ def make_env(env_id, num_envs, seed=0, compiled=False, **kwargs) -> Env:
         if impl is not None:
             return CompiledEnv(impl, env_id)
         raise EnvError(f"no compiled version of {env_id!r} with {sorted(kwargs) or 'no arguments'}: compiled "
-                       f"environments are {', '.join(COMPILED_IDS)} (they take max_episode_steps; MountainCar-v0 "
+                       f"environments are {', '.join(COMPILED_IDS)} (they take max_episode_steps; the MountainCars "
                        "goal_velocity, Pendulum-v1 g); "
                        "pass compiled=False for gymnasium's")
     if env_id == "trivial":
