@@ -38,5 +38,5 @@ def build_reinforce_per_t(args):
         opt = optim.Adam(actor.parameters(), lr=args.lr, eps=1e-5, max_grad_norm=args.max_grad_norm or None)
         opt.step(loss)
         history = History(env, args, ["loss"], None)
-        tl.sink([loss], history.sink_fn(), name="log")
+        history.sink([loss])
     return prog, {I: iterations(args), T: args.num_steps}, history

@@ -164,9 +164,22 @@ class History:
         if self.callback is not None:
             self.callback(row)
 
-    def sink_fn(self):
-        """For ``tl.sink([loss terms over (i,)], fn)``."""
-        return lambda vals, point: self.record(point["i"], vals)
+    def sink(self, terms, name="log"):
+        """``tl.sink`` of the loss ``terms`` (over ``(i,)``) that records a row per iteration. With a
+        compiled environment, the sink also reads the iteration's rollout rewards and dones
+        (``env.log_inputs()``) and does the episode bookkeeping itself, so every row counts the
+        episodes of its own rollout whatever order the scheduler gives the sinks."""
+        import timerl as tl
+
+        extra = self.env.log_inputs()
+        k = len(terms)
+
+        def fn(vals, point):
+            if extra:
+                self.env.account_rollout(*vals[k:])
+            self.record(point["i"], vals[:k])
+
+        return tl.sink(list(terms) + extra, fn, name=name)
 
 
 def compile_algorithm(args_cls, check, build, callback, kwargs, passes=None):

@@ -15,9 +15,11 @@ state is a placeholder over the action's domain (``(t,)`` or ``(i, t)``), carrie
 like the observation (``state[i, 0] = state[i - 1, T]``), stepped by gymnasium's equations in
 float64, with a step counter for the time limit and the same-step autoreset of
 :class:`timerl.rl.envs.GymEnv`: where an episode ends at step t, ``done[t]`` holds and the state
-(and ``o[t + 1]``) is a fresh initial state. The scheduler sees the step as statements it can
-fuse with the policy's, and the statement kernels compute it: no call into Python per step
-except one sink that keeps the episode bookkeeping of :class:`Env` (``episode_returns``, ...).
+(and ``o[t + 1]``) is a fresh initial state. The step's ops are ordinary statements computed by
+the statement kernels; they form one group island (``timerl.passes.group.island``: joined with
+the policy's ops, isl found no schedule for PPO), so they are not yet fused with the policy's.
+No call into Python per step: one sink per rollout keeps the episode bookkeeping of :class:`Env`
+(``episode_returns``, ...; per step only where the action's domain is ``(t,)`` alone).
 
 What differs from gymnasium: the initial states are drawn by the program's counter-based RNG
 (``compile(seed=...)``) from gymnasium's documented distributions (CartPole: uniform in
@@ -35,13 +37,39 @@ import math
 
 import numpy as np
 
-from .envs import Env, EnvError
+from .envs import Env, EnvError, trivial_args
 
 #: the ids with a compiled version (``make_env(id, ..., compiled=True)``)
 COMPILED_IDS = ("Acrobot-v1", "CartPole-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Pendulum-v1", "trivial")
 
 
-class CartPole:
+class Dynamics:
+    """What a compiled environment declares (the attributes :class:`Env` reads, ``state_shape``,
+    ``max_steps``) and builds: ``initial(tl, domain)`` a fresh float64 state, ``observe(tl, s)``,
+    and ``dynamics(tl, s, a, count)`` -> (next state, float32 reward, bool terminated), ``count``
+    the episode's steps so far. The defaults: one state row per observed variable, observed as
+    float32 (gymnasium's ``state.T.astype(np.float32)``)."""
+
+    action_low = action_high = None
+
+    def __init__(self, num_envs, max_steps, obs_shape, single_action_shape, num_actions, state_rows):
+        self.num_envs, self.max_steps = num_envs, int(max_steps)
+        self.obs_shape, self.single_action_shape, self.num_actions = obs_shape, single_action_shape, num_actions
+        self.state_shape = (state_rows, num_envs) if state_rows else (num_envs,)
+
+    def observe(self, tl, s):
+        return s.transpose(1, 0).astype("float32")
+
+    def first(self, a):
+        """The first (only) component of a Box action of shape (num_envs, 1), as (num_envs,)."""
+        return a.reshape((self.num_envs, 1)).spatial[:, 0]
+
+    def never(self, tl, s):
+        """``terminated`` of an environment that ends by its time limit only."""
+        return tl.zeros((self.num_envs,), "bool", domain=s.domain)
+
+
+class CartPole(Dynamics):
     """gymnasium's ``CartPoleVectorEnv`` (``CartPole-v1``: euler integration, 500-step limit)."""
 
     gravity, masscart, masspole, length, force_mag, tau = 9.8, 1.0, 0.1, 0.5, 10.0, 0.02
@@ -52,20 +80,13 @@ class CartPole:
     low, high = -0.05, 0.05
 
     def __init__(self, num_envs, max_episode_steps=500):
-        self.num_envs = num_envs
-        self.max_steps = int(max_episode_steps)
-        self.obs_shape, self.single_action_shape, self.num_actions = (4,), (), 2
-        self.state_shape = (4, num_envs)        # gymnasium's layout: one row per state variable
+        super().__init__(num_envs, max_episode_steps, (4,), (), 2, 4)   # gymnasium's layout: a row per variable
 
     def initial(self, tl, domain):
         return tl.random.uniform(self.state_shape, domain=domain, low=self.low, high=self.high, dtype="float64")
 
-    def observe(self, tl, s):
-        return s.transpose(1, 0).astype("float32")
-
     def dynamics(self, tl, s, a, count):
-        """(next state, reward, terminated): gymnasium's ``step``, term for term (``count``: the episode's
-        steps so far, which only MountainCarContinuous reads)."""
+        """gymnasium's ``step``, term for term."""
         x, x_dot, theta, theta_dot = (s.spatial[k] for k in range(4))
         force = tl.where(a == 1, self.force_mag, -self.force_mag).astype("float64")   # sign(a - 0.5) * force_mag
         costheta, sintheta = tl.cos(theta), tl.sin(theta)
@@ -83,23 +104,19 @@ class CartPole:
         return tl.stack([x2, x_dot2, theta2, theta_dot2], axis=0), reward, term
 
 
-class MountainCar:
+class MountainCar(Dynamics):
     """gymnasium's ``MountainCar-v0`` (200-step limit), vectorized: float64 state (position, velocity)."""
 
     min_position, max_position, max_speed, goal_position = -1.2, 0.6, 0.07, 0.5
     force, gravity = 0.001, 0.0025
 
     def __init__(self, num_envs, max_episode_steps=200, goal_velocity=0):
-        self.num_envs, self.max_steps, self.goal_velocity = num_envs, int(max_episode_steps), goal_velocity
-        self.obs_shape, self.single_action_shape, self.num_actions = (2,), (), 3
-        self.state_shape = (2, num_envs)
+        super().__init__(num_envs, max_episode_steps, (2,), (), 3, 2)
+        self.goal_velocity = goal_velocity
 
     def initial(self, tl, domain):
         pos = tl.random.uniform((1, self.num_envs), domain=domain, low=-0.6, high=-0.4, dtype="float64")
         return tl.concat([pos, tl.zeros((1, self.num_envs), "float64", domain=domain)], axis=0)
-
-    def observe(self, tl, s):
-        return s.transpose(1, 0).astype("float32")
 
     def dynamics(self, tl, s, a, count):
         position, velocity = s.spatial[0], s.spatial[1]
@@ -113,7 +130,7 @@ class MountainCar:
         return tl.stack([position, velocity], axis=0), reward, term
 
 
-class MountainCarContinuous:
+class MountainCarContinuous(Dynamics):
     """gymnasium's ``MountainCarContinuous-v0`` (999-step limit), vectorized. gymnasium keeps its state
     in float32 between steps (in float64 right after a reset) and mixes float32 and Python-float
     arithmetic; this follows its precisions: the state (float64 here) holds float32 values, and the
@@ -123,17 +140,16 @@ class MountainCarContinuous:
 
     min_position, max_position, max_speed, goal_position, power = -1.2, 0.6, 0.07, 0.45, 0.0015
 
+    action_low, action_high = -1.0, 1.0
+
     def __init__(self, num_envs, max_episode_steps=999, goal_velocity=0):
-        self.num_envs, self.max_steps, self.goal_velocity = num_envs, int(max_episode_steps), goal_velocity
-        self.obs_shape, self.single_action_shape, self.num_actions = (2,), (1,), None
-        self.action_low, self.action_high = -1.0, 1.0
-        self.state_shape = (2, num_envs)
+        super().__init__(num_envs, max_episode_steps, (2,), (1,), None, 2)
+        self.goal_velocity = goal_velocity
 
     initial = MountainCar.initial
-    observe = MountainCar.observe
 
     def dynamics(self, tl, s, a, count):
-        force = tl.clip(a.reshape((self.num_envs, 1)).spatial[:, 0], -1.0, 1.0)   # float32
+        force = tl.clip(self.first(a), -1.0, 1.0)                                 # float32
         fp = force * self.power                                                   # float32, as in numpy
 
         def step(p, v, dt):  # gymnasium's arithmetic with a position and velocity of dtype dt
@@ -153,22 +169,21 @@ class MountainCarContinuous:
         pos = tl.where(first, p_a, p_b.astype("float64"))
         vel = tl.where(first, v_a, v_b.astype("float64"))
         term = (pos >= self.goal_position) & (vel >= self.goal_velocity)
-        a64 = a.reshape((self.num_envs, 1)).spatial[:, 0].astype("float64")
+        a64 = self.first(a).astype("float64")
         reward = (tl.where(term, 100.0, 0.0) - a64 * a64 * 0.1).astype("float32")
         return tl.stack([p, v], axis=0), reward, term
 
 
-class Pendulum:
+class Pendulum(Dynamics):
     """gymnasium's ``Pendulum-v1`` (200-step limit, never terminates): float64 state (theta, theta_dot);
     the torque clipped in float32 as gymnasium clips the float32 action."""
 
     max_speed, max_torque, dt, m, length = 8, 2.0, 0.05, 1.0, 1.0
+    action_low, action_high = -max_torque, max_torque
 
     def __init__(self, num_envs, max_episode_steps=200, g=10.0):
-        self.num_envs, self.max_steps, self.g = num_envs, int(max_episode_steps), float(g)
-        self.obs_shape, self.single_action_shape, self.num_actions = (3,), (1,), None
-        self.action_low, self.action_high = -self.max_torque, self.max_torque
-        self.state_shape = (2, num_envs)
+        super().__init__(num_envs, max_episode_steps, (3,), (1,), None, 2)
+        self.g = float(g)
 
     def initial(self, tl, domain):
         u = tl.random.uniform(self.state_shape, domain=domain, low=-1.0, high=1.0, dtype="float64")
@@ -180,7 +195,7 @@ class Pendulum:
 
     def dynamics(self, tl, s, a, count):
         th, thdot = s.spatial[0], s.spatial[1]
-        u32 = tl.clip(a.reshape((self.num_envs, 1)).spatial[:, 0], -self.max_torque, self.max_torque)   # float32
+        u32 = tl.clip(self.first(a), -self.max_torque, self.max_torque)   # float32
         norm = ((th + math.pi) % (2 * math.pi)) - math.pi
         costs = norm * norm + 0.1 * (thdot * thdot) + (0.001 * (u32 * u32)).astype("float64")
         g, m, ln, dt = self.g, self.m, self.length, self.dt
@@ -188,11 +203,10 @@ class Pendulum:
         newthdot = thdot + (3 * g / (2 * ln) * tl.sin(th) + (u32 * (3.0 / (m * ln ** 2))).astype("float64")) * dt
         newthdot = tl.clip(newthdot, -self.max_speed, self.max_speed)
         newth = th + newthdot * dt
-        never = tl.zeros((self.num_envs,), "bool", domain=s.domain)
-        return tl.stack([newth, newthdot], axis=0), (-costs).astype("float32"), never
+        return tl.stack([newth, newthdot], axis=0), (-costs).astype("float32"), self.never(tl, s)
 
 
-class Acrobot:
+class Acrobot(Dynamics):
     """gymnasium's ``Acrobot-v1`` ("book" dynamics, one RK4 step of dt = 0.2, no torque noise,
     500-step limit): float64 state (theta1, theta2, dtheta1, dtheta2)."""
 
@@ -203,9 +217,7 @@ class Acrobot:
     max_vel_1, max_vel_2 = 4 * math.pi, 9 * math.pi
 
     def __init__(self, num_envs, max_episode_steps=500):
-        self.num_envs, self.max_steps = num_envs, int(max_episode_steps)
-        self.obs_shape, self.single_action_shape, self.num_actions = (6,), (), 3
-        self.state_shape = (4, num_envs)
+        super().__init__(num_envs, max_episode_steps, (6,), (), 3, 4)
 
     def initial(self, tl, domain):
         return tl.random.uniform(self.state_shape, domain=domain, low=-0.1, high=0.1, dtype="float64")
@@ -254,19 +266,14 @@ class Acrobot:
         return tl.stack([th1, th2, dth1, dth2], axis=0), reward, term
 
 
-class Trivial:
+class Trivial(Dynamics):
     """The paper's synthetic environment (:class:`timerl.rl.envs.TrivialEnv`), compiled."""
 
+    action_low, action_high = -1.0, 1.0
+
     def __init__(self, num_envs, obs_shape=(1,), episode_length=100):
-        obs_shape = (int(obs_shape),) if np.isscalar(obs_shape) else tuple(int(s) for s in obs_shape)
-        if any(s <= 0 for s in obs_shape):
-            raise EnvError(f"trivial env: obs_shape entries must be positive, got {obs_shape}")
-        if int(episode_length) <= 0:
-            raise EnvError(f"trivial env: episode_length must be positive, got {episode_length}")
-        self.num_envs, self.obs_shape, self.max_steps = num_envs, obs_shape, int(episode_length)
-        self.single_action_shape, self.num_actions = (1,), None
-        self.action_low, self.action_high = -1.0, 1.0
-        self.state_shape = (num_envs,)
+        obs_shape, episode_length = trivial_args(obs_shape, episode_length)
+        super().__init__(num_envs, episode_length, obs_shape, (1,), None, 0)
 
     def initial(self, tl, domain):
         return tl.random.uniform(self.state_shape, domain=domain, low=-1.0, high=1.0, dtype="float64")
@@ -277,20 +284,17 @@ class Trivial:
         return tl.broadcast_to(s, (n,) + self.obs_shape)
 
     def dynamics(self, tl, s, a, count):
-        a = a.reshape((self.num_envs, 1)).spatial[:, 0].astype("float64")
-        s2 = tl.clip(s + 0.05 * tl.clip(a, -1.0, 1.0), -1.0, 1.0)
-        never = tl.zeros(self.state_shape, "bool", domain=s.domain)   # episodes end by the time limit only
-        return s2, (-tl.abs(s2)).astype("float32"), never
+        s2 = tl.clip(s + 0.05 * tl.clip(self.first(a).astype("float64"), -1.0, 1.0), -1.0, 1.0)
+        return s2, (-tl.abs(s2)).astype("float32"), self.never(tl, s)   # episodes end by the time limit only
 
 
 class CompiledEnv(Env):
     """An environment whose reset and step are program tensors (see the module docstring)."""
 
-    compiled = True
-
     def __init__(self, impl, env_id):
         super().__init__(impl, env_id)
         self._s0 = None
+        self._rollout, self._by_log = None, False   # the rollout's rewards and dones; bookkept by a log sink
         #: the state tensor of the last ``step`` built (float64, ``impl.state_shape``), to inspect or sink
         self.state = None
 
@@ -348,17 +352,44 @@ class CompiledEnv(Env):
         state[dims[:-1] + (t + 1,)] = new
         steps[dims[:-1] + (t + 1,)] = tl.where(done, 0, count)
         obs = impl.observe(tl, new)
-        tl.sink([reward, done], lambda v, p: self._account(v[0], v[1]), name=f"{name}_bookkeeping")
+        if len(dims) == 2:   # one call per rollout, not per step: the bookkeeping of its T x N rewards and dones
+            rollout = (dims[0], slice(0, t.bound))
+            self._rollout = [reward[rollout], done[rollout]]
+            tl.sink(self._rollout, lambda v, p: None if self._by_log else self.account_rollout(*v),
+                    name=f"{name}_bookkeeping")
+        else:
+            tl.sink([reward, done], lambda v, p: self._account(v[0], v[1]), name=f"{name}_bookkeeping")
         return obs, reward, done
+
+    def log_inputs(self) -> list:
+        """The rollout's rewards and dones, for a per-iteration log sink that does the bookkeeping
+        (:meth:`timerl.rl.common.History.sink`): sinks have no order among themselves, so a log sink
+        reading ``recent_return`` could run before this env's own bookkeeping sink of the same
+        rollout. After this call that sink does nothing."""
+        if self._rollout is None:
+            return []
+        self._by_log = True
+        return list(self._rollout)
+
+    def account_rollout(self, rewards, dones):
+        """:meth:`Env._account` of a rollout's steps (``(T, num_envs)`` rewards and dones) at once: the
+        steps between episode ends are summed whole, Python runs only at the steps where episodes end."""
+        rewards = np.asarray(rewards, np.float64)
+        start = 0
+        for t in np.flatnonzero(dones.any(axis=1)).tolist() + [len(rewards) - 1]:
+            if t < start:
+                continue
+            self.env_steps += self.num_envs * (t - start)
+            self._ret += rewards[start:t].sum(axis=0)
+            self._len += t - start
+            self._account(rewards[t], dones[t])
+            start = t + 1
 
 
 def compiled_impl(env_id, num_envs, kwargs):
     """The compiled dynamics for ``env_id`` with ``kwargs``, or None where gymnasium's must run
     (an id without a compiled version, or arguments only gymnasium's takes)."""
-    if env_id == "trivial":
-        unknown = set(kwargs) - {"obs_shape", "episode_length"}
-        if unknown:
-            raise EnvError(f"trivial env: unknown arguments {sorted(unknown)}; it takes obs_shape, episode_length")
+    if env_id == "trivial":   # make_env checked its arguments
         return Trivial(num_envs, **kwargs)
     if env_id == "CartPole-v1" and set(kwargs) <= {"max_episode_steps"}:
         return CartPole(num_envs, **kwargs)

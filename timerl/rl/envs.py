@@ -33,6 +33,16 @@ class EnvError(ValueError):
 # -- host-side environments: reset() -> obs, step(a) -> (obs, reward, done) -------------------
 
 
+def trivial_args(obs_shape, episode_length):
+    """The trivial env's ``(obs_shape, episode_length)``, checked (host and compiled alike)."""
+    obs_shape = (int(obs_shape),) if np.isscalar(obs_shape) else tuple(int(s) for s in obs_shape)
+    if any(s <= 0 for s in obs_shape):
+        raise EnvError(f"trivial env: obs_shape entries must be positive, got {obs_shape}")
+    if int(episode_length) <= 0:
+        raise EnvError(f"trivial env: episode_length must be positive, got {episode_length}")
+    return obs_shape, int(episode_length)
+
+
 class TrivialEnv:
     """The synthetic environment of the TimeRL paper, vectorized over ``num_envs``.
 
@@ -42,13 +52,8 @@ class TrivialEnv:
     """
 
     def __init__(self, num_envs, seed=0, obs_shape=(1,), episode_length=100):
-        obs_shape = (int(obs_shape),) if np.isscalar(obs_shape) else tuple(int(s) for s in obs_shape)
-        if any(s <= 0 for s in obs_shape):
-            raise EnvError(f"trivial env: obs_shape entries must be positive, got {obs_shape}")
-        if int(episode_length) <= 0:
-            raise EnvError(f"trivial env: episode_length must be positive, got {episode_length}")
         self.num_envs, self.seed = num_envs, seed
-        self.obs_shape, self.episode_length = obs_shape, int(episode_length)
+        self.obs_shape, self.episode_length = trivial_args(obs_shape, episode_length)
         self.single_action_shape = (1,)
         self.action_low, self.action_high = -1.0, 1.0
         self.num_actions = None
@@ -274,6 +279,11 @@ class Env:
             self._ret[done] = 0.0
             self._len[done] = 0
 
+    def log_inputs(self) -> list:
+        """Tensors a per-iteration log sink should read for this env's bookkeeping (none: a host env
+        counts its episodes inside its step UDF)."""
+        return []
+
     def recent_return(self, k=10):
         """Mean return of the last ``k`` finished episodes (NaN before the first)."""
         if not self.episode_returns:
@@ -357,6 +367,10 @@ def make_env(env_id, num_envs, seed=0, compiled=False, **kwargs) -> Env:
     if compiled not in (True, False):
         raise EnvError(f"compiled must be True or False, got {compiled!r}")
     num_envs, seed = int(num_envs), int(seed)
+    if env_id == "trivial":
+        unknown = set(kwargs) - {"obs_shape", "episode_length"}
+        if unknown:
+            raise EnvError(f"trivial env: unknown arguments {sorted(unknown)}; it takes obs_shape, episode_length")
     if compiled:
         impl = compiled_impl(env_id, num_envs, kwargs)
         if impl is not None:
@@ -366,8 +380,5 @@ def make_env(env_id, num_envs, seed=0, compiled=False, **kwargs) -> Env:
                        "goal_velocity, Pendulum-v1 g); "
                        "pass compiled=False for gymnasium's")
     if env_id == "trivial":
-        unknown = set(kwargs) - {"obs_shape", "episode_length"}
-        if unknown:
-            raise EnvError(f"trivial env: unknown arguments {sorted(unknown)}; it takes obs_shape, episode_length")
         return Env(TrivialEnv(num_envs, seed, **kwargs), env_id)
     return Env(GymEnv(env_id, num_envs, seed, **kwargs), env_id)

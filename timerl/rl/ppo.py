@@ -139,7 +139,7 @@ def build(args: Args, callback=None):
 
         history = History(env, args, ["pg_loss", "v_loss", "entropy", "approx_kl"], callback)
         last = [x[i, K - 1] for x in (pg_loss, v_loss, entropy, approx_kl)]   # the iteration's last update
-        tl.sink(last, history.sink_fn(), name="log")
+        history.sink(last)
     return prog, {I: n_iter, T: args.num_steps, K: args.epochs * M}, history
 
 

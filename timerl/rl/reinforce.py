@@ -120,7 +120,7 @@ def build(args: Args, callback=None):
         opt.step(loss)
 
         history = History(env, args, ["loss", "entropy"], callback)
-        tl.sink([loss, entropy], history.sink_fn(), name="log")
+        history.sink([loss, entropy])
     return prog, {I: n_iter, T: args.num_steps}, history
 
 
