@@ -218,3 +218,33 @@ def test_kernels_write_block_outputs_in_place():
     got = [[row[k] for k in keys] for row in exe.history.rows]
     want = [[row[k] for k in keys] for row in ref.history.rows]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_without_numpys_blas_the_kernels_call_numbas():
+    """``TIMERL_NUMPY_BLAS=0`` (as where numpy's OpenBLAS is not found): the same kernels call numba's
+    BLAS, are cached apart (the BLAS is named in their source), and compute the same products."""
+    import os
+    import subprocess
+    import sys
+
+    code = """
+import numpy as np, timerl as tl
+from timerl.kernels import blas
+rng = np.random.default_rng(0)
+x, g = rng.normal(size=(2, 60, 24)).astype("float32"), rng.normal(size=(2, 60, 16)).astype("float32")
+got = {}
+prog = tl.Program("i")
+(i,) = prog.dims
+with prog:
+    tx, tg = tl.tensor(x, domain=(i,), name="x"), tl.tensor(g, domain=(i,), name="g")
+    tl.sink([tx.transpose(1, 0) @ tg], lambda v, p: got.__setitem__(p["i"], np.array(v[0])))
+exe = prog.compile(bounds={"I": 2}, backend="numba")
+exe.run()
+assert blas.NAME == "numba" and all("BLAS numba" in s and "gemm_tn(" in s for s in exe.plan.kernels.values())
+for k in range(2):
+    np.testing.assert_allclose(got[k], x[k].T @ g[k], rtol=1e-5, atol=1e-5)
+print("ok")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "TIMERL_NUMPY_BLAS": "0"}, timeout=600)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
