@@ -243,6 +243,7 @@ class Env:
         self.action_high = getattr(impl, "action_high", None)
         self.key = f"env{next(_keys)}:{env_id}"
         self.on_reset = []  # callbacks at the start of each run (e.g. a logger's clock)
+        self._resumed = None
         self._clear()
 
     def _clear(self):
@@ -250,6 +251,18 @@ class Env:
         self.env_steps = 0
         self._ret = np.zeros(self.num_envs, np.float64)
         self._len = np.zeros(self.num_envs, np.int64)
+        if self._resumed is not None:   # a resumed run starts from the checkpoint's bookkeeping
+            episodes, env_steps, ret, length = self._resumed
+            self.episode_returns = [(int(s), float(r), int(n)) for s, r, n in episodes]
+            self.env_steps = int(env_steps)
+            self._ret[:], self._len[:] = ret, length
+
+    def resume_bookkeeping(self, episodes, env_steps, ret=0.0, length=0):
+        """Start every run from a checkpoint's bookkeeping: finished ``episodes`` (``(E, 3)``: env steps,
+        return, length), the ``env_steps`` so far, and the return and length of the episodes in flight
+        (zero for a host env, whose episodes in flight a resume drops)."""
+        self._resumed = (np.asarray(episodes, np.float64).reshape(-1, 3), env_steps, ret, length)
+        self._clear()
 
     # host side ---------------------------------------------------------------------------
     def _reset(self):

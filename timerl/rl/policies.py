@@ -105,5 +105,6 @@ def _snapshot_value(v, outer, inner, placeholder, RecurrentTensor):
         q = placeholder(v.shape, v.dtype, (outer,), name=f"{relative(v.node.name)}@acting")
         q[0] = init
         q[outer] = v[outer - 1, inner.bound]
+        pdg.nodes[q.nid]["snapshot_of"] = v.nid   # a checkpoint restores q's first value with p's
         return q
     return v

@@ -60,7 +60,7 @@ def check(args):
             raise ArgError(f"--{f.replace('_', '-')} must be >= 0, got {v!r}")
 
 
-def build(args: Args, callback=None):
+def build(args: Args, callback=None, checkpoint=None):
     """The PPO program: returns ``(prog, bounds, history)``."""
     import timerl as tl
     from timerl import optim
@@ -137,7 +137,7 @@ def build(args: Args, callback=None):
                             max_grad_norm=args.max_grad_norm or None)
         opt.step(loss, dim=k)
 
-        history = History(env, args, ["pg_loss", "v_loss", "entropy", "approx_kl"], callback)
+        history = History(env, args, ["pg_loss", "v_loss", "entropy", "approx_kl"], callback, checkpoint)
         last = [x[i, K - 1] for x in (pg_loss, v_loss, entropy, approx_kl)]   # the iteration's last update
         history.sink(last)
     return prog, {I: n_iter, T: args.num_steps, K: args.epochs * M}, history

@@ -59,7 +59,7 @@ def check(args):
         raise ArgError(f"--ent-coef must be >= 0, got {args.ent_coef!r}")
 
 
-def build(args: Args, callback=None):
+def build(args: Args, callback=None, checkpoint=None):
     """The REINFORCE program: returns ``(prog, bounds, history)``."""
     import timerl as tl
     from timerl import optim
@@ -119,7 +119,7 @@ def build(args: Args, callback=None):
                             max_grad_norm=args.max_grad_norm or None)
         opt.step(loss)
 
-        history = History(env, args, ["loss", "entropy"], callback)
+        history = History(env, args, ["loss", "entropy"], callback, checkpoint)
         history.sink([loss, entropy])
     return prog, {I: n_iter, T: args.num_steps}, history
 
@@ -136,10 +136,10 @@ def _normalised_by_last_iteration(tl, G, i, Tn):
     mean = tl.placeholder((), G.dtype, (i,), name="returns_mean")
     std = tl.placeholder((), G.dtype, (i,), name="returns_std")
     mean[0] = 0.0
-    mean[i] = s1[i - 1] / n
+    mean[i + 1] = s1 / n                   # carried to the next iteration as shift branches (a checkpoint stores them)
     std[0] = 1.0
-    m = s1[i - 1] / n
-    std[i] = tl.sqrt(tl.maximum(s2[i - 1] / n - m * m, 0.0))
+    m = s1 / n
+    std[i + 1] = tl.sqrt(tl.maximum(s2 / n - m * m, 0.0))
     return named((G - mean) / (std + 1e-8), "G_norm")
 
 

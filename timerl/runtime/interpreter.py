@@ -454,7 +454,7 @@ class Render:
         args += [self.sym(f"kc{step.node}_{j}", c) for j, c in enumerate(consts)]
         args += [f"d_{d}" for d in dims]
         for r in keys:  # the random op's key before the point: of the seed and its stream
-            args.append(self.sym(f"key{r}", rng.base_key(self.seed, self.pdg.rec(r).attrs["stream"])))
+            args.append(self.sym(f"key{r}", rng.node_key(self.seed, self.pdg.rec(r).attrs)))
         L = []
         for o in outs:  # the kernel writes these into their rows of the block arrays
             L += self.array_alloc(o)
