@@ -2,6 +2,9 @@
 
     timerl train ppo --env CartPole-v1 --total-steps 500000 --log run.csv --plot curve.png
     timerl train reinforce --nstep 16 --json
+    timerl train ppo --checkpoint-dir ckpt --checkpoint-every 10    # Ctrl-C saves, then stops
+    timerl train --resume ckpt                                      # goes on from the latest checkpoint
+    timerl eval ppo --checkpoint ckpt --episodes 10 [--video out.mp4]
     timerl show schedule ppo --total-steps 2048 --out ppo_schedule.txt
     timerl bench ppo --iterations 5 --json
     timerl cache info                 # the kernel cache: where, how big (timerl cache clear empties it)
@@ -128,10 +131,20 @@ def build_parser():
     for algo in ALGOS:
         a = tsub.add_parser(algo, help=f"train with {algo}")
         _add_algo_flags(a, algo)
-        a.add_argument("--log", help="write one CSV row per iteration to this file (flushed as it goes)")
+        a.add_argument("--log", help="write one CSV row per iteration to this file (flushed as it goes; with "
+                       "--resume, the rows after the checkpoint are dropped and the new ones appended)")
         a.add_argument("--plot", help="save the learning curve to this image (needs matplotlib)")
         a.add_argument("--json", action="store_true", help="print one JSON summary as the last line")
         a.add_argument("--quiet", action="store_true", help="no progress bar")
+        a.add_argument("--checkpoint-dir", metavar="DIR", help="write checkpoints here (parameters, optimizer state, "
+                       "iteration, env state, arguments: .npz + JSON), every --checkpoint-every iterations, at the "
+                       "end, and on Ctrl-C after the iteration in flight")
+        a.add_argument("--checkpoint-every", type=int, metavar="N", help="iterations between checkpoints (default 10)")
+        a.add_argument("--resume", metavar="DIR", help="continue from the latest checkpoint in DIR (its arguments; "
+                       "flags given must agree with them); checkpoints go on into DIR unless --checkpoint-dir says")
+        a.add_argument("--tensorboard", metavar="DIR", help="write TensorBoard curves, named as CleanRL names them, "
+                       "to this directory (needs tensorboardX: pip install -e \".[tensorboard]\"; view: "
+                       "tensorboard --logdir DIR)")
 
     bench = sub.add_parser("bench", help="time compile and iterations")
     bsub = bench.add_subparsers(dest="algo", required=True, parser_class=_ArgParser)
@@ -141,6 +154,20 @@ def build_parser():
         a.add_argument("--iterations", type=int, default=5, help="iterations to time")
         a.add_argument("--traced-memory", action="store_true",
                        help="also run once more under tracemalloc and report traced_peak_bytes")
+        a.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+
+    ev = sub.add_parser("eval", help="evaluate a checkpoint's policy in gymnasium's environment")
+    esub = ev.add_subparsers(dest="algo", required=True, parser_class=_ArgParser)
+    for algo in ALGOS:
+        a = esub.add_parser(algo, help=f"evaluate a {algo} checkpoint")
+        a.add_argument("--checkpoint", required=True, metavar="DIR",
+                       help="a run's --checkpoint-dir (its latest checkpoint) or one of its iteration-* directories")
+        a.add_argument("--episodes", type=int, default=10, help="episodes to run (default 10)")
+        a.add_argument("--deterministic", type=_parse_bool, default=False, metavar="BOOL",
+                       help="act with the argmax / the Gaussian's mean instead of sampling (default false)")
+        a.add_argument("--seed", type=int, default=0, help="seed of the episodes' resets and of the sampling")
+        a.add_argument("--video", metavar="OUT.mp4", help="record the first episode to this file (needs "
+                       "pip install -e \".[video]\": moviepy and pygame)")
         a.add_argument("--json", action="store_true", help="print one JSON object as the last line")
 
     show = sub.add_parser("show", help="print or write a program's PDG or schedule")
@@ -185,12 +212,32 @@ class Progress:
 
 
 class CsvLog:
-    """Rows written and flushed one by one, so a crash keeps every finished iteration."""
+    """Rows written and flushed one by one, so a crash keeps every finished iteration. ``after``
+    (a resumed run's first iteration): the file's rows up to it are kept, later ones (written after
+    the checkpoint by the run that stopped) dropped, and the new rows appended."""
 
-    def __init__(self, path):
+    def __init__(self, path, after=None):
         self.path, self.file, self.writer = path, None, None
+        kept = []
+        if after is not None and os.path.exists(path):
+            try:
+                with open(path, newline="") as f:
+                    kept = [r for r in csv.DictReader(f) if r.get("iteration", "").isdigit()
+                            and int(r["iteration"]) <= after]
+            except (OSError, csv.Error) as e:
+                raise CLIError(f"cannot read --log {path} to continue it: {e}") from None
         try:
-            self.file = open(path, "w", newline="")
+            if kept:    # rewritten whole under another name, then renamed: the old rows are never lost
+                tmp = f"{path}.tmp-{os.getpid()}"
+                with open(tmp, "w", newline="") as f:
+                    w = csv.DictWriter(f, fieldnames=list(kept[0]))
+                    w.writeheader()
+                    w.writerows(kept)
+                os.replace(tmp, path)
+                self.file = open(path, "a", newline="")
+                self.writer = csv.DictWriter(self.file, fieldnames=list(kept[0]))
+            else:
+                self.file = open(path, "w", newline="")
         except OSError as e:
             raise CLIError(f"cannot write --log {path}: {e.strerror}") from None
 
@@ -271,16 +318,49 @@ def return_note(final, episodes, steps, nonfinite):
         else "")
 
 
-def cmd_train(ns):
-    from .rl.common import iterations, make_args
+def _train_setup(ns):
+    """The run's keyword arguments and its checked ``Args``: with ``--resume``, the checkpoint's
+    arguments checked against the flags given, and checkpoints going on into the same directory."""
+    from .rl import checkpoint as ckpt
+    from .rl.common import make_args
 
     kwargs = _algo_kwargs(ns, ns.algo)
     mod = _algo_module(ns.algo)
-    args = make_args(mod.Args, kwargs)
+    start = 0
+    if ns.resume:
+        state = ckpt.load(ns.resume)
+        args = make_args(mod.Args, ckpt.args_for_resume(state, ns.algo, mod.Args, kwargs))
+        start = state.iteration
+        if ns.checkpoint_dir is None:   # go on writing where the run wrote
+            run_dir = os.path.dirname(state.path) if os.path.exists(os.path.join(os.path.dirname(state.path),
+                                                                                  ckpt.LATEST)) else ns.resume
+            ns.checkpoint_dir = run_dir
+            ns.checkpoint_every = ns.checkpoint_every or state.meta.get("checkpoint_every")
+        kwargs["resume"] = ns.resume
+    else:
+        args = make_args(mod.Args, kwargs)
     mod.check(args)
+    if ns.checkpoint_dir is not None or ns.checkpoint_every is not None:
+        if ns.checkpoint_dir is None:
+            raise CLIError("--checkpoint-every needs --checkpoint-dir")
+        kwargs["checkpoint_dir"] = ns.checkpoint_dir
+        kwargs["checkpoint_every"] = ns.checkpoint_every
+    return kwargs, args, start
+
+
+def cmd_train(ns):
+    from .rl.checkpoint import TrainingStopped
+    from .rl.common import iterations
+
+    kwargs, args, start = _train_setup(ns)
     if ns.plot:
         _check_plot_target(ns.plot)
-    log = CsvLog(ns.log) if ns.log else None
+    tb = None
+    if ns.tensorboard:
+        from .rl.tensorboard import TensorBoardLog
+
+        tb = TensorBoardLog(ns.tensorboard, ns.algo, dataclasses.asdict(args))
+    log = CsvLog(ns.log, after=start if ns.resume else None) if ns.log else None
     bar = Progress(iterations(args), enabled=not ns.quiet)
 
     watch = NonFiniteWatch()
@@ -288,24 +368,40 @@ def cmd_train(ns):
     def on_row(row):
         if log:
             log.write(row)
+        if tb:
+            tb.write(row)
         bar.update(row)
         watch.update(row)
 
+    stopped = None
     try:
         t0 = time.perf_counter()
         exe = _build(ns.algo, kwargs, on_row)
         compile_s = time.perf_counter() - t0
         t1 = time.perf_counter()
-        exe.run()
+        if exe.checkpointer is not None:
+            try:
+                with exe.checkpointer.interrupts():
+                    exe.run()
+            except TrainingStopped as e:
+                stopped = e
+        else:
+            exe.run()
         seconds = time.perf_counter() - t1
     finally:
         bar.close()
         if log:
             log.close()
+        if tb:
+            tb.close()
     rows = exe.history.rows
     env = exe.env
     steps = rows[-1]["env_steps"] if rows else 0
+    steps_run = steps - start * args.num_envs * args.num_steps
     final = env.recent_return(10)
+    if stopped is not None:
+        print(f"timerl: stopped after iteration {stopped.iteration} ({steps:,} env steps); checkpoint written to "
+              f"{stopped.path}; resume with: timerl train --resume {exe.checkpointer.directory}", file=sys.stderr)
     if ns.plot:
         plot_curve(rows, ns.plot, f"{ns.algo} on {args.env} (seed {args.seed})")
     summary = {"algo": ns.algo, "env": args.env, "env_steps": steps,
@@ -313,7 +409,9 @@ def cmd_train(ns):
                "final_return_note": return_note(final, len(env.episode_returns), steps, watch.first),
                "nonfinite": watch.first, "episodes": len(env.episode_returns),
                "seconds": seconds, "compile_seconds": compile_s,
-               "env_steps_per_s": steps / seconds if seconds > 0 else None}
+               "env_steps_per_s": steps_run / seconds if seconds > 0 else None,
+               "resumed_from": start or None, "stopped_at": None if stopped is None else stopped.iteration,
+               "checkpoint": None if exe.checkpointer is None else exe.checkpointer.last_path}
     if ns.json:
         print(json.dumps(summary))
     else:
@@ -321,6 +419,29 @@ def cmd_train(ns):
               f"({summary['env_steps_per_s'] or 0:,.0f} steps/s, compile {compile_s:.1f}s); "
               "mean return of the last 10 episodes: "
               + (f"{final:.2f}" if summary["final_return_note"] is None else f"none ({summary['final_return_note']})"))
+    return 130 if stopped is not None else 0
+
+
+def cmd_eval(ns):
+    from .rl.checkpoint import load
+    from .rl.evaluate import Policy, evaluate
+
+    ck = load(ns.checkpoint)
+    if ck.meta.get("algo") != ns.algo:
+        raise CLIError(f"--checkpoint {ns.checkpoint} was written by {ck.meta.get('algo')}, not {ns.algo}: "
+                       f"use `timerl eval {ck.meta.get('algo')}`")
+    if ns.episodes < 1:
+        raise CLIError(f"--episodes must be a positive int, got {ns.episodes}")
+    policy = Policy(ck.meta, ck.tensors, deterministic=ns.deterministic, seed=ns.seed)
+    res = evaluate(policy, episodes=ns.episodes, seed=ns.seed, video=ns.video)
+    res["checkpoint"] = ck.path
+    if ns.json:
+        print(json.dumps(res))
+    else:
+        print(f"{ns.algo} on {res['env']} (checkpoint {ck.path}, iteration {res['iteration']}): "
+              f"return {res['mean']:.2f} +- {res['std']:.2f} over {res['episodes']} episodes "
+              f"(min {res['min']:.2f}, max {res['max']:.2f}, mean length {res['mean_length']:.0f})"
+              + (f"; video {res['video']}" if res["video"] else ""))
     return 0
 
 
@@ -398,8 +519,9 @@ def _dot(pdg):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        ns = build_parser().parse_args(argv)
-        return {"train": cmd_train, "bench": cmd_bench, "show": cmd_show, "cache": cmd_cache}[ns.cmd](ns)
+        ns = build_parser().parse_args(_resume_algo(argv))
+        return {"train": cmd_train, "eval": cmd_eval, "bench": cmd_bench, "show": cmd_show,
+                "cache": cmd_cache}[ns.cmd](ns)
     except SystemExit:
         raise
     except KeyboardInterrupt:
@@ -414,12 +536,30 @@ def main(argv=None):
         return 2 if _is_user_error(e) else 1
 
 
+def _resume_algo(argv):
+    """``timerl train --resume DIR ...``: the algorithm comes from the checkpoint."""
+    if len(argv) < 2 or argv[0] != "train" or argv[1] in ALGOS or argv[1] in ("-h", "--help"):
+        return argv
+    path = None
+    for k, a in enumerate(argv):
+        if a == "--resume" and k + 1 < len(argv):
+            path = argv[k + 1]
+        elif a.startswith("--resume="):
+            path = a.split("=", 1)[1]
+    if path is None:
+        return argv
+    from .rl.checkpoint import load
+
+    return ["train", str(load(path).meta.get("algo"))] + argv[1:]
+
+
 def _is_user_error(e):
     from .errors import CompileError, ShapeError
+    from .rl.checkpoint import CheckpointError
     from .rl.common import ArgError
     from .rl.envs import EnvError
 
-    return isinstance(e, (CLIError, ArgError, EnvError, CompileError, ShapeError))
+    return isinstance(e, (CLIError, ArgError, EnvError, CompileError, ShapeError, CheckpointError))
 
 
 def _one_line(e):
@@ -427,10 +567,11 @@ def _one_line(e):
         return str(e)
     msg = " ".join(str(e).split()) or type(e).__name__
     from .errors import CompileError, RuntimeFault, ShapeError
+    from .rl.checkpoint import CheckpointError
     from .rl.common import ArgError
     from .rl.envs import EnvError
 
-    if isinstance(e, (ArgError, EnvError, CompileError, ShapeError, RuntimeFault)):
+    if isinstance(e, (ArgError, EnvError, CompileError, ShapeError, RuntimeFault, CheckpointError)):
         return msg
     return f"{type(e).__name__}: {msg} (set TIMERL_DEBUG=1 for the traceback)"
 
