@@ -29,9 +29,11 @@ the parameters, optimizer state, learning-rate schedule and sampling resume exac
 The format, readable with numpy alone::
 
     DIR/latest.json                     {"format": "timerl-checkpoint", "version": 1, "checkpoint": "iteration-000020"}
-    DIR/iteration-000020/checkpoint.json  algo, args, iteration (completed), env, policy layout, tensors, rows
+    DIR/iteration-000020/checkpoint.json  algo, args, iteration (completed), env, policy layout, tensors,
+                                          row_fields
     DIR/iteration-000020/arrays.npz       "tensor/<name>" per carried tensor, "episodes" (E x 3: env steps,
-                                          return, length), "episode_return"/"episode_length" (in flight)
+                                          return, length), "episode_return"/"episode_length" (in flight),
+                                          "rows" (iterations x row_fields: the log so far)
 
 A checkpoint directory is written under a temporary name and renamed into place, then
 ``latest.json`` is replaced (write, fsync, rename): a crash at any moment leaves the latest
@@ -336,6 +338,14 @@ class Checkpoint:
         return self.arrays[f"tensor/{name}"]
 
     @property
+    def rows(self) -> list:
+        """The log rows of the iterations up to this checkpoint (dicts, as ``exe.history.rows``)."""
+        fields = self.meta.get("row_fields", [])
+        ints = ("iteration", "env_steps", "episodes")
+        return [{k: (int(v) if k in ints else float(v)) for k, v in zip(fields, r)}
+                for r in self.arrays.get("rows", np.zeros((0, len(fields))))]
+
+    @property
     def tensors(self) -> dict:
         return {k[len("tensor/"):]: v for k, v in self.arrays.items() if k.startswith("tensor/")}
 
@@ -460,7 +470,10 @@ class Saver:
                         "env_steps": env.env_steps},
                 "tensors": [{"name": c.name, "shape": list(np.shape(v)), "dtype": str(np.asarray(v).dtype),
                              "restored_on_resume": not c.host} for c, v in zip(self.carries, values)],
-                "policy": self.policy, "rows": history.rows, "written": time.time()}
+                "policy": self.policy, "row_fields": list(history.rows[0]) if history.rows else [],
+                "written": time.time()}
+        arrays["rows"] = np.array([[float(r[k]) for k in meta["row_fields"]] for r in history.rows],
+                                  np.float64).reshape(len(history.rows), len(meta["row_fields"]))
         try:
             self.last_path = write(self.directory, meta, arrays, self.keep)
         except OSError as e:

@@ -236,7 +236,7 @@ def compile_algorithm(args_cls, check, build, callback, kwargs, passes=None):
         ckpt.restore(prog, carried, state.tensors)
         ckpt.shift_origin(prog, start)
         bounds = {b: (v - start if b is prog.bounds[0] else v) for b, v in bounds.items()}
-        history.resume(start, state.meta.get("rows", []))
+        history.resume(start, state.rows)
         env = history.env
         compiled = type(env).__name__ == "CompiledEnv"
         if not compiled and hasattr(env.impl, "seed"):

@@ -56,6 +56,8 @@ class Policy:
         return x
 
     def __call__(self, obs):
+        """The action for one observation (shape ``obs_shape``) or a batch (``(n,) + obs_shape``):
+        int64 for discrete actions, float32 clipped to the bounds for continuous ones."""
         obs = np.asarray(obs, np.float64)
         single = obs.shape == self.obs_shape
         if not single and obs.shape[1:] != self.obs_shape:
