@@ -337,9 +337,9 @@ def test_eval_records_a_video_where_its_dependencies_are_installed(small_run, tm
     pytest.importorskip("moviepy")
     pytest.importorskip("pygame")
     out = str(tmp_path / "episode.mp4")
-    assert main(["eval", "ppo", "--checkpoint", small_run, "--episodes", "1", "--video", out]) == 0
-    assert os.path.getsize(out) > 1000
-    assert [f for f in os.listdir(tmp_path) if f.startswith("timerl-video-")] == []
+    assert main(["eval", "ppo", "--checkpoint", small_run, "--episodes", "2", "--video", out]) == 0
+    assert os.path.getsize(out) > 1000 and os.path.getsize(str(tmp_path / "episode-episode-1.mp4")) > 1000
+    assert sorted(os.listdir(tmp_path)) == ["episode-episode-1.mp4", "episode.mp4"]   # no temporary folder left
 
 
 def test_train_writes_tensorboard_curves_named_as_cleanrl(tmp_path, capsys):

@@ -166,7 +166,8 @@ def build_parser():
         a.add_argument("--deterministic", type=_parse_bool, default=False, metavar="BOOL",
                        help="act with the argmax / the Gaussian's mean instead of sampling (default false)")
         a.add_argument("--seed", type=int, default=0, help="seed of the episodes' resets and of the sampling")
-        a.add_argument("--video", metavar="OUT.mp4", help="record the first episode to this file (needs "
+        a.add_argument("--video", metavar="OUT.mp4", help="record the episodes: the first to this file, episode K "
+                       "to OUT-episode-K.mp4 (needs "
                        "pip install -e \".[video]\": moviepy and pygame)")
         a.add_argument("--json", action="store_true", help="print one JSON object as the last line")
 
@@ -441,7 +442,7 @@ def cmd_eval(ns):
         print(f"{ns.algo} on {res['env']} (checkpoint {ck.path}, iteration {res['iteration']}): "
               f"return {res['mean']:.2f} +- {res['std']:.2f} over {res['episodes']} episodes "
               f"(min {res['min']:.2f}, max {res['max']:.2f}, mean length {res['mean_length']:.0f})"
-              + (f"; video {res['video']}" if res["video"] else ""))
+              + (f"; video {', '.join(res['video'])}" if res["video"] else ""))
     return 0
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shutil
 import tempfile
 
@@ -99,7 +100,7 @@ def _make_env(policy, video_dir=None, video_prefix="episode"):
     kw = {k: v for k, v in policy.env_kwargs.items() if k not in ("normalize", "gamma")}
     env = gym.make(policy.env_id, render_mode="rgb_array" if video_dir else None, **kw)
     if video_dir is not None:
-        env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda e: e == 0, name_prefix=video_prefix,
+        env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda e: True, name_prefix=video_prefix,
                                        disable_logger=True)
     if policy.layout.get("normalize"):
         env = gym.wrappers.NormalizeObservation(env)
@@ -139,9 +140,29 @@ def check_video_dependencies():
                               "rendering), which the quick start leaves out: pip install -e \".[video]\"")
 
 
+def _episode_videos(folder, out):
+    """RecordVideo's ``episode-K.mp4`` files moved to ``out`` (the first episode) and ``out`` with
+    ``-episode-K`` before the suffix (the others); their paths in episode order."""
+    if not os.path.isdir(folder):
+        return []
+    found = {}
+    for f in os.listdir(folder):
+        m = re.fullmatch(r".*-episode-(\d+)\.mp4", f)
+        if m:
+            found[int(m.group(1))] = os.path.join(folder, f)
+    paths = []
+    for k in sorted(found):
+        dest = out if k == 0 else f"{out[:-4]}-episode-{k}.mp4"
+        os.replace(found[k], dest)
+        paths.append(dest)
+    return paths
+
+
 def evaluate(policy, episodes=10, seed=0, video=None, max_steps=None) -> dict:
     """Run ``episodes`` episodes of ``policy`` in gymnasium's env; with ``video`` (a path ending in
-    .mp4) the first episode is recorded there. Returns the returns, lengths, mean and std."""
+    .mp4) every episode is recorded with gymnasium's ``RecordVideo``: the first to ``video``, episode
+    K to ``<video without .mp4>-episode-K.mp4``. Returns the returns, lengths, mean and std, and
+    the video paths."""
     if not isinstance(episodes, int) or episodes < 1:
         raise ValueError(f"--episodes must be a positive int, got {episodes!r}")
     video_dir = None
@@ -170,15 +191,13 @@ def evaluate(policy, episodes=10, seed=0, video=None, max_steps=None) -> dict:
     finally:
         env.close()
     if video_dir is not None:
-        files = sorted(f for f in os.listdir(video_dir) if f.endswith(".mp4")) if os.path.isdir(video_dir) else []
-        if files:
-            os.replace(os.path.join(video_dir, files[0]), os.path.abspath(video))
+        videos = _episode_videos(video_dir, os.path.abspath(video))
         shutil.rmtree(tmp, ignore_errors=True)
-        if not files:
+        if not videos:
             raise CheckpointError(f"--video {video}: gymnasium recorded no video")
     r = np.asarray(returns)
     return {"env": policy.env_id, "iteration": policy.iteration, "episodes": episodes,
             "returns": returns, "lengths": lengths, "mean": float(r.mean()), "std": float(r.std()),
             "min": float(r.min()), "max": float(r.max()), "deterministic": policy.deterministic,
-            "video": None if video is None else os.path.abspath(video),
+            "video": None if video is None else videos,
             "mean_length": float(np.mean(lengths)) if lengths else math.nan}
