@@ -217,6 +217,9 @@ def test_a_crash_while_writing_leaves_the_latest_checkpoint_whole(small_run, tmp
     latest = ckpt.load(d)
     assert latest.iteration == 4 and set(latest.tensors) == {k[7:] for k in arrays if k.startswith("tensor/")}
     assert not os.path.exists(os.path.join(d, "iteration-000006"))
+    assert any(f.startswith(".tmp-iteration-000006") for f in os.listdir(d))   # the torn write, never renamed
+    ckpt.write(d, dict(meta, iteration=6), arrays)                        # the next write clears it
+    assert ckpt.load(d).iteration == 6 and not any(f.startswith(".tmp-") for f in os.listdir(d))
 
 
 # -- use: the policy of a checkpoint ------------------------------------------------------------

@@ -292,8 +292,10 @@ def write(directory, meta: dict, arrays: dict, keep=3) -> str:
     name = f"iteration-{int(meta['iteration']):06d}"
     final = os.path.join(directory, name)
     os.makedirs(directory, exist_ok=True)
+    for d in os.listdir(directory):    # what a run killed mid-write left behind: never a checkpoint
+        if d.startswith(".tmp-iteration-") or re.fullmatch(r"iteration-\d{6,}\.old-\d+", d):
+            shutil.rmtree(os.path.join(directory, d), ignore_errors=True)
     tmp = os.path.join(directory, f".tmp-{name}-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     with open(os.path.join(tmp, "arrays.npz"), "wb") as f:
         np.savez(f, **arrays)
