@@ -187,6 +187,8 @@ def test_corrupt_and_mismatched_checkpoints_are_refused_clearly_and_change_nothi
         tl.rl.ppo(resume=d)
     with pytest.raises(ckpt.CheckpointError, match="no such directory"):
         tl.rl.ppo(resume=str(tmp_path / "nope"))
+    with pytest.raises(ckpt.CheckpointError, match=r"already holds a run's checkpoints: resume it with --resume"):
+        tl.rl.ppo(checkpoint_dir=d, **args)           # a new run would mix its checkpoints with these
     assert _listing(d) == before
 
     npz = os.path.join(d, "iteration-000004", "arrays.npz")

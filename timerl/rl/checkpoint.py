@@ -433,11 +433,15 @@ class Saver:
     every ``every`` iterations, at the last one, and after the iteration in flight on Ctrl-C
     (inside :meth:`interrupts`)."""
 
-    def __init__(self, directory, every, algo, args, keep=3):
+    def __init__(self, directory, every, algo, args, keep=3, resuming=False):
         if directory is None:
             raise CheckpointError("checkpoint_every needs checkpoint_dir")
         if every is not None and (not isinstance(every, int) or isinstance(every, bool) or every < 1):
             raise CheckpointError(f"--checkpoint-every must be a positive int, got {every!r}")
+        if not resuming and os.path.exists(os.path.join(os.fspath(directory), LATEST)):
+            raise CheckpointError(f"--checkpoint-dir {os.fspath(directory)} already holds a run's checkpoints: resume "
+                                  f"it with --resume {os.fspath(directory)}, or choose another directory (a new run "
+                                  "there would mix its checkpoints with the old ones)")
         self.directory, self.every, self.keep = os.fspath(directory), every or 10, keep
         self.algo, self.args = algo, args
         self.carries, self.start, self.total = [], 0, None

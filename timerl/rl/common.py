@@ -222,7 +222,7 @@ def compile_algorithm(args_cls, check, build, callback, kwargs, passes=None):
                                    f"{total}): nothing to resume; evaluate it with `timerl eval`")
     saver = None
     if directory is not None or every is not None:
-        saver = ckpt.Saver(directory, every, algo, args)
+        saver = ckpt.Saver(directory, every, algo, args, resuming=state is not None)
         saver.total = total
     prog, bounds, history = build(args, callback, checkpoint=saver)
     if saver is not None:
