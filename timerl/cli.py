@@ -126,7 +126,9 @@ def build_parser():
     p = _ArgParser(prog="timerl", description="Deep RL programs as recurrence equations, compiled whole.")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_ArgParser)
 
-    train = sub.add_parser("train", help="train an agent")
+    train = sub.add_parser("train", help="train an agent",
+                           description="Train an agent. `timerl train --resume DIR` continues a checkpointed run "
+                                       "(the algorithm and arguments come from DIR's latest checkpoint).")
     tsub = train.add_subparsers(dest="algo", required=True, parser_class=_ArgParser)
     for algo in ALGOS:
         a = tsub.add_parser(algo, help=f"train with {algo}")
