@@ -75,6 +75,50 @@ def test_carries_are_found_in_the_program_and_other_reads_of_the_past_refused():
         ckpt.carries(prog)
 
 
+# -- the origin of the iteration dim, on every backend and with every pass off ---------------------
+
+
+def _origin_program(I, i0=None):
+    """Random ops of every kind over (i, t) and (i, k), dim_value(i) and bound_value(I): the values a
+    resumed window must reproduce. ``i0``: the program with its origin moved there."""
+    from timerl.api.autodiff import bound_value
+
+    prog = tl.Program("i t k")
+    i, t, k = prog.dims
+    out = {}
+    with prog:
+        u = tl.random.uniform((3,), domain=(i, t))
+        z = tl.random.normal((2,), domain=(i, t))
+        c = tl.random.categorical(u * 2.0)
+        p = tl.random.permutation(5, domain=(i, k))
+        frac = tl.dim_value(i).astype("float32") / bound_value(prog.bounds[0]).astype("float32")
+        s = u.sum() + z.sum() + frac                       # a sum over t below: the vectorize pass's case
+        tot = s[i, 0:4].sum()
+        tl.sink([u, z, c.astype("float32")], lambda v, pt: out.__setitem__(("it", pt["i"], pt["t"]), [x.copy() for x in v]))
+        tl.sink(p, lambda v, pt: out.__setitem__(("ik", pt["i"], pt["k"]), v.copy()))
+        tl.sink([tot, frac], lambda v, pt: out.__setitem__(("i", pt["i"]), [x.copy() for x in v]))
+    if i0:
+        ckpt.shift_origin(prog, i0)
+    return prog, out
+
+
+@pytest.mark.parametrize("backend", ["reference", "numpy", "numba", "cuda"])
+@pytest.mark.parametrize("passes", [None, "off"])
+def test_a_moved_origin_draws_the_uninterrupted_values(backend, passes):
+    from timerl.passes import PIPELINE
+
+    switches = None if passes is None else {n: False for n, _ in PIPELINE}
+    full, want = _origin_program(5)
+    full.compile(bounds={"I": 5, "T": 4, "K": 3}, backend="reference").run()
+    win, got = _origin_program(5, i0=2)
+    win.compile(bounds={"I": 3, "T": 4, "K": 3}, backend=backend, seed=0, passes=switches).run()
+    assert len(got) == 3 * 4 + 3 * 3 + 3
+    for (kind, a, *rest), v in got.items():
+        w = want[(kind, a + 2, *rest)]
+        for x, y in zip(v if isinstance(v, list) else [v], w if isinstance(w, list) else [w]):
+            np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-6, err_msg=f"{backend} {kind} {a} {rest}")
+
+
 # -- values: a resumed run is the uninterrupted one ----------------------------------------------
 
 

@@ -339,7 +339,7 @@ def _train_setup(ns):
                                                                                   ckpt.LATEST)) else ns.resume
             ns.checkpoint_dir = run_dir
             ns.checkpoint_every = ns.checkpoint_every or state.meta.get("checkpoint_every")
-        kwargs["resume"] = ns.resume
+        kwargs["resume"] = state           # loaded once: compile_algorithm takes the Checkpoint itself
     else:
         args = make_args(mod.Args, kwargs)
     mod.check(args)

@@ -28,23 +28,28 @@ def base_key(seed: int, stream: int) -> np.uint64:
         return _mix(_mix(np.uint64(seed & 0xFFFFFFFFFFFFFFFF) * _G + np.uint64(1)) ^ (np.uint64(stream + 1) * _G))
 
 
-def node_key(seed: int, attrs: dict) -> np.uint64:
-    """The key of a random op (its ``attrs``) before its point's coordinates are mixed in.
+def origin_key(seed: int, stream: int, origin: int = 0) -> np.uint64:
+    """The key of (seed, stream) with ``origin`` added to the first coordinate of every point.
 
-    ``attrs["origin"]`` (set by :func:`timerl.rl.checkpoint.shift_origin` on a resumed run) is
-    added to the op's first coordinate, the iteration: a run resumed at iteration ``i0`` draws
-    at its point ``(i, ...)`` what the uninterrupted run draws at ``(i0 + i, ...)``. Mixing the
-    first coordinate adds ``(i + 1) * G`` to this key, so the origin folds into it exactly."""
+    ``origin`` (a random op's ``attrs["origin"]``, set by :func:`timerl.rl.checkpoint.shift_origin`
+    on a resumed run) makes a run resumed at iteration ``i0`` draw at its point ``(i, ...)`` what
+    the uninterrupted run draws at ``(i0 + i, ...)``. Mixing the first coordinate adds
+    ``(i + 1) * G`` to this key, so the origin folds into it exactly."""
     with np.errstate(over="ignore"):
-        return base_key(seed, attrs["stream"]) + np.uint64(int(attrs.get("origin", 0)) % (1 << 64)) * _G
+        return base_key(seed, stream) + np.uint64(int(origin) % (1 << 64)) * _G
+
+
+def node_key(seed: int, attrs: dict) -> np.uint64:
+    """The key of a random op (its ``attrs``) before its point's coordinates are mixed in."""
+    return origin_key(seed, attrs["stream"], attrs.get("origin", 0))
 
 
 def keys(seed: int, stream: int, points, origin: int = 0) -> np.ndarray:
     """One 64-bit key per point; ``points`` is an int array of shape (P, ndims); ``origin`` is added
-    to the first coordinate (see :func:`node_key`)."""
+    to the first coordinate (see :func:`origin_key`)."""
     points = np.asarray(points, dtype=np.int64).reshape(len(points), -1)
     with np.errstate(over="ignore"):
-        k = np.full(len(points), node_key(seed, {"stream": stream, "origin": origin}), dtype=np.uint64)
+        k = np.full(len(points), origin_key(seed, stream, origin), dtype=np.uint64)
         for c in range(points.shape[1]):
             k = _mix(k + (points[:, c].astype(np.uint64) + np.uint64(1)) * _G)
     return k

@@ -54,9 +54,10 @@ import zipfile
 
 import numpy as np
 
+from ..api.naming import _SITE
+
 FORMAT, VERSION = "timerl-checkpoint", 1
 LATEST = "latest.json"
-_SITE = re.compile(r" \([^()\s]+:\d+\)")
 #: the arguments a resumed run may change: they do not change what is computed
 RUN_ONLY = ("backend", "memory_budget")
 
@@ -254,6 +255,61 @@ def shift_origin(prog, i0):
                     pdg.add_dep(c, shifted.nid, d["edge"])
 
 
+def check_resumable(ck, total):
+    """A checkpoint at or past the run's ``total`` iterations has nothing left to run."""
+    if ck.iteration >= total:
+        raise CheckpointError(f"checkpoint {ck.path} is at the end of training (iteration {ck.iteration} of "
+                              f"{total}): nothing to resume; evaluate it with `timerl eval`")
+
+
+def resume(ck, prog, bounds, history, carried=None) -> dict:
+    """Turn the freshly built run (``prog``, its ``bounds``, its ``history``) into the run after
+    checkpoint ``ck``: the carried tensors start from their saved values, the iteration dim's
+    origin moves to the checkpoint's iteration, the rows and the episode bookkeeping go on from
+    the saved ones. Returns the bounds of the remaining iterations. ``carried``: the program's
+    carries when a Saver already found them."""
+    carried = carries(prog) if carried is None else carried
+    missing = [c.name for c in carried if f"tensor/{c.name}" not in ck.arrays]
+    if missing:
+        raise CheckpointError(f"checkpoint {ck.path} lacks {', '.join(missing)}: it was written by another program "
+                              "(another timerl version or other arguments)")
+    start = ck.iteration
+    restore(prog, carried, ck.tensors)
+    shift_origin(prog, start)
+    history.resume(start, ck.rows)
+    env = history.env
+    if not env.compiled and hasattr(env.impl, "seed"):
+        env.impl.seed = history.args.seed + start      # a host env restarts its episodes: fresh ones
+    env.resume_bookkeeping(ck.arrays["episodes"], ck.meta["env"]["env_steps"],
+                           ck.arrays["episode_return"] if env.compiled else 0.0,
+                           ck.arrays["episode_length"] if env.compiled else 0)
+    return {b: (v - start if b is prog.bounds[0] else v) for b, v in bounds.items()}
+
+
+def policy_layout(env, args, algo, carried) -> dict:
+    """How :func:`timerl.rl.load_policy` rebuilds the actor from a checkpoint: its tensors' names in
+    layer order, the activation and the env's spaces."""
+    from .common import env_kwargs
+
+    layers = {}
+    log_std = None
+    for c in carried:
+        m = re.fullmatch(rf"{algo}\.actor\.layer(\d+)\.(weight|bias)", c.name)
+        if m:
+            layers.setdefault(int(m.group(1)), {})[m.group(2)] = c.name
+        elif c.name == f"{algo}.actor.log_std":
+            log_std = c.name
+    return {"kind": "mlp", "activation": "tanh",
+            "layers": [[layers[j]["weight"], layers[j]["bias"]] for j in sorted(layers)],
+            "log_std": log_std, "discrete": bool(env.discrete), "num_actions": env.num_actions,
+            "observation_shape": list(env.single_observation_shape), "action_shape": list(env.single_action_shape),
+            "action_low": None if env.action_low is None else np.asarray(env.action_low, np.float64).tolist(),
+            "action_high": None if env.action_high is None else np.asarray(env.action_high, np.float64).tolist(),
+            "env": args.env, "env_kwargs": {k: (list(v) if isinstance(v, tuple) else v)
+                                            for k, v in env_kwargs(args).items() if k != "compiled"},
+            "normalize": bool(args.normalize)}
+
+
 # -- the files -------------------------------------------------------------------------------
 
 
@@ -433,7 +489,7 @@ class Saver:
     every ``every`` iterations, at the last one, and after the iteration in flight on Ctrl-C
     (inside :meth:`interrupts`)."""
 
-    def __init__(self, directory, every, algo, args, keep=3, resuming=False):
+    def __init__(self, directory, every, algo, args, total, keep=3, resuming=False):
         if directory is None:
             raise CheckpointError("checkpoint_every needs checkpoint_dir")
         if every is not None and (not isinstance(every, int) or isinstance(every, bool) or every < 1):
@@ -443,14 +499,14 @@ class Saver:
                                   f"it with --resume {os.fspath(directory)}, or choose another directory (a new run "
                                   "there would mix its checkpoints with the old ones)")
         self.directory, self.every, self.keep = os.fspath(directory), every or 10, keep
-        self.algo, self.args = algo, args
-        self.carries, self.start, self.total = [], 0, None
-        self.stop, self.written, self.last_path = False, None, None
-        self.policy = None
+        self.algo, self.args, self.total = algo, args, total
+        self.carries, self.policy = [], None
+        self.stop, self.last_path = False, None
 
-    def tensors(self, prog) -> list:
-        """The tensors the log sink reads for the checkpoint (the carries of ``prog``)."""
+    def tensors(self, prog, env) -> list:
+        """The tensors the log sink reads for the checkpoint (the carries of ``prog``, whose env is ``env``)."""
         self.carries = carries(prog)
+        self.policy = policy_layout(env, self.args, self.algo, self.carries)
         return [c.value for c in self.carries]
 
     def at_iteration(self, i, values, history):
@@ -472,7 +528,7 @@ class Saver:
                 "env_steps": done * self.args.num_envs * self.args.num_steps,
                 "rng": {"seed": self.args.seed, "position": done,
                         "note": "random values are functions of (seed, op, point): the run resumes at this iteration"},
-                "env": {"id": env.env_id, "compiled": type(env).__name__ == "CompiledEnv", "num_envs": env.num_envs,
+                "env": {"id": env.env_id, "compiled": env.compiled, "num_envs": env.num_envs,
                         "env_steps": env.env_steps},
                 "tensors": [{"name": c.name, "shape": list(np.shape(v)), "dtype": str(np.asarray(v).dtype),
                              "restored_on_resume": not c.host} for c, v in zip(self.carries, values)],
@@ -484,7 +540,6 @@ class Saver:
             self.last_path = write(self.directory, meta, arrays, self.keep)
         except OSError as e:
             raise CheckpointError(f"cannot write a checkpoint to {self.directory}: {e.strerror or e}") from None
-        self.written = done
 
     def interrupts(self):
         """A context manager: the first Ctrl-C asks for a checkpoint after the iteration in flight and

@@ -180,7 +180,7 @@ class History:
 
         extra = self.env.log_inputs()
         k, m = len(terms), len(terms) + len(extra)
-        saved = [] if self.checkpoint is None else self.checkpoint.tensors(terms[0].prog)
+        saved = [] if self.checkpoint is None else self.checkpoint.tensors(terms[0].prog, self.env)
 
         def fn(vals, point):
             if extra:
@@ -196,8 +196,9 @@ def compile_algorithm(args_cls, check, build, callback, kwargs, passes=None):
     """Parse ``kwargs`` into ``args_cls``, build the program and compile it whole.
 
     ``kwargs`` may also hold ``checkpoint_dir`` and ``checkpoint_every`` (write checkpoints) and
-    ``resume`` (a checkpoint directory: its arguments, checked against the others given, and its
-    state; the executable runs the iterations after it), see :mod:`timerl.rl.checkpoint`.
+    ``resume`` (a checkpoint directory or a loaded :class:`~timerl.rl.checkpoint.Checkpoint`: its
+    arguments, checked against the others given, and its state; the executable runs the
+    iterations after it), see :mod:`timerl.rl.checkpoint`.
 
     The executable carries ``exe.history`` (rows per iteration), ``exe.env``, ``exe.args``,
     ``exe.program``, ``exe.checkpointer`` (the Saver, or None) and ``exe.resumed_from`` (the
@@ -211,66 +212,23 @@ def compile_algorithm(args_cls, check, build, callback, kwargs, passes=None):
     algo = args_cls.__module__.rsplit(".", 1)[-1]
     state = None
     if resume is not None:
-        state = ckpt.load(resume)
+        state = resume if isinstance(resume, ckpt.Checkpoint) else ckpt.load(resume)
         kwargs = ckpt.args_for_resume(state, algo, args_cls, kwargs)
     args = make_args(args_cls, kwargs)
     check(args)
-    total = iterations(args)
-    start = 0 if state is None else state.iteration
-    if start >= total:
-        raise ckpt.CheckpointError(f"checkpoint {state.path} is at the end of training (iteration {start} of "
-                                   f"{total}): nothing to resume; evaluate it with `timerl eval`")
+    if state is not None:
+        ckpt.check_resumable(state, iterations(args))
     saver = None
     if directory is not None or every is not None:
-        saver = ckpt.Saver(directory, every, algo, args, resuming=state is not None)
-        saver.total = total
+        saver = ckpt.Saver(directory, every, algo, args, total=iterations(args), resuming=state is not None)
     prog, bounds, history = build(args, callback, checkpoint=saver)
-    if saver is not None:
-        saver.policy = policy_layout(history.env, args, algo, saver.carries)
+    start = 0
     if state is not None:
-        carried = saver.carries if saver is not None else ckpt.carries(prog)
-        missing = [c.name for c in carried if f"tensor/{c.name}" not in state.arrays]
-        if missing:
-            raise ckpt.CheckpointError(f"checkpoint {state.path} lacks {', '.join(missing)}: it was written by "
-                                       "another program (another timerl version or other arguments)")
-        ckpt.restore(prog, carried, state.tensors)
-        ckpt.shift_origin(prog, start)
-        bounds = {b: (v - start if b is prog.bounds[0] else v) for b, v in bounds.items()}
-        history.resume(start, state.rows)
-        env = history.env
-        compiled = type(env).__name__ == "CompiledEnv"
-        if not compiled and hasattr(env.impl, "seed"):
-            env.impl.seed = args.seed + start      # a host env restarts its episodes: fresh ones
-        env.resume_bookkeeping(state.arrays["episodes"], state.meta["env"]["env_steps"],
-                               state.arrays["episode_return"] if compiled else 0.0,
-                               state.arrays["episode_length"] if compiled else 0)
+        bounds = ckpt.resume(state, prog, bounds, history, saver.carries if saver is not None else None)
+        start = state.iteration
     budget = None if args.memory_budget is None else int(args.memory_budget)
     exe = prog.compile(bounds=bounds, backend=args.backend, seed=args.seed, memory_budget=budget,
                        passes=None if passes is None else passes(args))
     exe.history, exe.env, exe.args, exe.program = history, history.env, args, prog
     exe.checkpointer, exe.resumed_from = saver, start
     return exe
-
-
-def policy_layout(env, args, algo, carried) -> dict:
-    """How :func:`timerl.rl.load_policy` rebuilds the actor from a checkpoint: its tensors' names in
-    layer order, the activation and the env's spaces."""
-    import re
-
-    layers = {}
-    log_std = None
-    for c in carried:
-        m = re.fullmatch(rf"{algo}\.actor\.layer(\d+)\.(weight|bias)", c.name)
-        if m:
-            layers.setdefault(int(m.group(1)), {})[m.group(2)] = c.name
-        elif c.name == f"{algo}.actor.log_std":
-            log_std = c.name
-    return {"kind": "mlp", "activation": "tanh",
-            "layers": [[layers[j]["weight"], layers[j]["bias"]] for j in sorted(layers)],
-            "log_std": log_std, "discrete": bool(env.discrete), "num_actions": env.num_actions,
-            "observation_shape": list(env.single_observation_shape), "action_shape": list(env.single_action_shape),
-            "action_low": None if env.action_low is None else np.asarray(env.action_low, np.float64).tolist(),
-            "action_high": None if env.action_high is None else np.asarray(env.action_high, np.float64).tolist(),
-            "env": args.env, "env_kwargs": {k: (list(v) if isinstance(v, tuple) else v)
-                                            for k, v in env_kwargs(args).items() if k != "compiled"},
-            "normalize": bool(args.normalize)}

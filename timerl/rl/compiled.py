@@ -291,6 +291,8 @@ class Trivial(Dynamics):
 class CompiledEnv(Env):
     """An environment whose reset and step are program tensors (see the module docstring)."""
 
+    compiled = True
+
     def __init__(self, impl, env_id):
         super().__init__(impl, env_id)
         self._s0 = None

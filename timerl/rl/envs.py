@@ -230,6 +230,9 @@ class Env:
         env.observation_shape, env.action_shape, env.num_actions     # (8, 4), (8,), 2
     """
 
+    #: whether the env's state is program tensors (a checkpoint saves and restores it) or a host object
+    compiled = False
+
     def __init__(self, impl, env_id):
         self.impl, self.env_id = impl, env_id
         self.num_envs = impl.num_envs
