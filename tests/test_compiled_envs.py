@@ -11,7 +11,7 @@ import pytest
 
 import timerl as tl
 from timerl.ir.ops import Op
-from timerl.rl.compiled import CompiledEnv
+from timerl.rl.compiled import COMPILED_IDS, CompiledEnv
 from timerl.rl.envs import Env, EnvError, TrivialEnv
 
 
@@ -117,13 +117,19 @@ def test_compiled_env_on_numba_equals_numpy(env_id, actions):
             np.testing.assert_allclose(y, x, rtol=1e-12 if x.dtype == np.float64 else 1e-6)
 
 
-def test_make_env_compiles_the_ids_it_can_on_request():
+def test_make_env_compiles_the_ids_it_can_by_default():
     with tl.Program("t"):
         assert isinstance(tl.rl.make_env("CartPole-v1", 2, compiled=True), CompiledEnv)
         assert isinstance(tl.rl.make_env("trivial", 2, obs_shape=(3,), compiled=True), CompiledEnv)
-        host = tl.rl.make_env("CartPole-v1", 2)
+        for env_id in COMPILED_IDS:   # the default: compiled where a compiled version exists
+            assert isinstance(tl.rl.make_env(env_id, 2), CompiledEnv), env_id
+        assert isinstance(tl.rl.make_env("CartPole-v1", 2, max_episode_steps=50), CompiledEnv)
+        host = tl.rl.make_env("CartPole-v1", 2, compiled=False)
         assert type(host) is Env and not isinstance(host, CompiledEnv)
-        assert type(tl.rl.make_env("trivial", 2)) is Env
+        assert type(tl.rl.make_env("trivial", 2, compiled=False)) is Env
+        # arguments only gymnasium's env takes, and ids without a compiled version: gymnasium's by default
+        assert type(tl.rl.make_env("CartPole-v1", 2, normalize=True)) is Env
+        assert type(tl.rl.make_env("CartPole-v1", 2, sutton_barto_reward=True)) is Env
         with pytest.raises(EnvError, match="no compiled version of 'CartPole-v1'"):   # wrappers: gymnasium's only
             tl.rl.make_env("CartPole-v1", 2, normalize=True, compiled=True)
         with pytest.raises(EnvError, match="no compiled version of 'BipedalWalker-v3'.*compiled=False"):
@@ -143,14 +149,14 @@ def test_step_over_an_unsupported_domain_is_refused_with_the_way_out():
             env.step(a)
 
 
-def test_ppo_takes_the_compiled_env_on_request():
+def test_ppo_takes_the_compiled_env_by_default():
     kw = dict(env="CartPole-v1", num_envs=2, num_steps=8, total_steps=32, epochs=1, minibatches=1, backend="numpy")
-    exe = tl.rl.ppo(compiled_env=True, **kw)
-    assert isinstance(exe.env, CompiledEnv)
-    assert not [n for n in exe.pdg.nodes if exe.pdg.rec(n).op is Op.UDF]   # no host env step
-    exe.run()
-    assert exe.history.rows[-1]["env_steps"] == 32
-    host = tl.rl.ppo(**kw)
+    for exe in (tl.rl.ppo(**kw), tl.rl.ppo(compiled_env=True, **kw)):
+        assert isinstance(exe.env, CompiledEnv)
+        assert not [n for n in exe.pdg.nodes if exe.pdg.rec(n).op is Op.UDF]   # no host env step
+        exe.run()
+        assert exe.history.rows[-1]["env_steps"] == 32
+    host = tl.rl.ppo(compiled_env=False, **kw)
     assert type(host.env) is Env
     assert [n for n in host.pdg.nodes if host.pdg.rec(n).op is Op.UDF]
 
@@ -258,8 +264,8 @@ def test_rollout_bookkeeping_equals_a_step_by_step_count():
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
 def test_ppo_with_a_compiled_env_logs_the_reference_executors_values(env_id):
-    """The compiled step as its own group island (timerl.passes.group), lowered to statement kernels:
-    PPO's logged losses and returns equal the reference executor's, which has no grouping at all."""
+    """The compiled step grouped with the policy's acting step, lowered to statement kernels: PPO's
+    logged losses and returns equal the reference executor's, which has no grouping at all."""
     kw = dict(env=env_id, num_envs=2, num_steps=8, total_steps=48, epochs=2, minibatches=2, hidden=8,
               compiled_env=True)
     rows = {}
@@ -270,3 +276,20 @@ def test_ppo_with_a_compiled_env_logs_the_reference_executors_values(env_id):
     for want, got in zip(rows["reference"], rows["numba"]):
         for key in ("pg_loss", "v_loss", "entropy", "approx_kl", "mean_return", "episodes"):
             np.testing.assert_allclose(got[key], want[key], rtol=2e-4, atol=1e-6, err_msg=key)
+
+
+def test_the_acting_step_and_the_compiled_env_step_are_one_statement():
+    """Item 4 of the compiled-env issue: PPO's policy forward pass, its sample and the environment
+    step it drives run in one statement (one statement kernel on numba), grouped as built (no
+    refinement). (REINFORCE's next state at the last step of the last iteration is read by nothing,
+    so its dynamics are demanded at one point fewer than the sample and stay a statement apart.)"""
+    exe = tl.rl.ppo(env="CartPole-v1", num_envs=2, num_steps=8, total_steps=32, hidden=8, backend="numpy")
+    plan, pdg = exe.plan, exe.pdg
+    assert plan.grouping and plan.problem.restrict is None
+    of = plan.problem.of
+    sample = [n for n in of if pdg.rec(n).op is Op.RANDOM and "Categorical.sample" in pdg.rec(n).name]
+    dynamics = [n for n in of if pdg.rec(n).op is Op.UNARY and "CartPole-v1.cos" in pdg.rec(n).name]
+    first = [n for n in of if pdg.rec(n).op is Op.MATMUL and "actor.layer0" in pdg.rec(n).name
+             and pdg.rec(n).domain == pdg.rec(sample[0]).domain]
+    assert len(sample) == 1 and len(dynamics) == 1 and len(first) == 1
+    assert of[sample[0]] == of[dynamics[0]] == of[first[0]]

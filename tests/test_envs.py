@@ -74,7 +74,7 @@ def exe_o_T(env, acts, i):
 @pytest.mark.parametrize("env_id", ["Acrobot-v1", "Pendulum-v1"])
 def test_sync_env_matches_single_gymnasium_envs(env_id):
     n = 2
-    env = tl.rl.make_env(env_id, n, seed=7)
+    env = tl.rl.make_env(env_id, n, seed=7, compiled=False)
     assert not env.impl.native
     rng = np.random.default_rng(2)
     if env.discrete:
@@ -100,7 +100,7 @@ def test_sync_env_matches_single_gymnasium_envs(env_id):
 
 def test_sync_env_same_step_reset():
     # Pendulum truncates at 200 steps: done at t and o[t + 1] is the next episode's first obs
-    env = tl.rl.make_env("Pendulum-v1", 1, seed=0, max_episode_steps=5)
+    env = tl.rl.make_env("Pendulum-v1", 1, seed=0, max_episode_steps=5, compiled=False)
     acts = np.zeros((2, 6, 1, 1), "float32")
     _, obs, rew, dones = rollout(env, acts)
     d = flat(dones, 2, 6)[:, 0]

@@ -32,7 +32,7 @@ def line_of(text):
 
 def test_ppo_labels_in_schedule_and_pdg():
     exe = tl.rl.ppo(env="CartPole-v1", num_envs=2, num_steps=4, total_steps=16, epochs=1, minibatches=2,
-                    backend="numpy")
+                    backend="numpy", compiled_env=False)   # the host env's step UDF is labelled too
     names = labels(exe)
     short = {n.split(" (")[0] for n in names}
     for want in ("ppo.ratio", "ppo.pg_loss", "ppo.v_loss", "ppo.gae.delta", "ppo.gae.adv", "ppo.o",

@@ -185,7 +185,7 @@ def test_monte_carlo_returns_do_not_hold_the_environment_steps_observations(back
     observations, the measured peak is the planned one, and the losses are the same."""
     N, T, obs = 4, 32, (3, 8, 8)
     kw = dict(env="trivial", num_envs=N, num_steps=T, obs_shape=obs, hidden=4, layers=1, total_steps=N * T * 2,
-              backend=backend)
+              backend=backend, compiled_env=False)   # the host env: one UDF returns (obs, reward, done)
     mod = importlib.import_module("timerl.rl.reinforce")
     on = tl.rl.reinforce(**kw)
     on.run()

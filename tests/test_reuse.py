@@ -35,7 +35,7 @@ def ops(pdg, op, dims=None, name=None):
 
 
 def _args(mod, **kw):
-    base = dict(env="CartPole-v1", num_envs=2, num_steps=4, total_steps=16, backend="numpy")
+    base = dict(env="CartPole-v1", num_envs=2, num_steps=4, total_steps=16, backend="numpy", compiled_env=False)
     base.update(kw)
     return common.make_args(mod.Args, base)
 

@@ -163,3 +163,48 @@ def test_refinement_on_a_problem_scheduled_whole():
     assert sorted(got, key=str) == sorted(want, key=str)
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-5, err_msg=str(k))
+
+
+def _window_of_a_lagged_flag(n=3):
+    """t: step. An env-like recurrence whose flag ``done[t]`` is computed from the state ``s[t]``
+    alone (as a compiled CartPole's termination: Euler's new position uses the old velocity), not
+    from the action ``a[t]``, and per-step returns ``G[t]`` over the window ``done[t:t + n]`` of
+    later flags, multiplied with ``a[t]``: no chain of reads at one point joins ``G`` to ``a``, but
+    ``G[t]`` waits for ``done[t + n - 1]``, computed from ``a[t + n - 2]``, which follows ``a[t]``."""
+    prog = tl.Program("t")
+    (t,), (T,) = prog.dims, prog.bounds
+    seen = {}
+    with prog:
+        s = tl.placeholder((2,), "float32", (t,), name="s")
+        s[0] = tl.const(np.array([0.1, -0.2], dtype="float32"))
+        a = tl.placeholder((2,), "float32", (t,), name="a")
+        a[t] = tl.tanh(s[t] * 1.5 + 0.1)
+        s[t + 1] = s[t] * 0.9 + a[t] * 0.3
+        done = s.sum() > 0.05
+        G = tl.placeholder((), "float32", (t,), name="G")
+        G[t] = tl.cast(done[t:tl.min(t + n, T)], "float32").sum()
+        tl.sink((a * G).sum(), lambda val, pt: seen.__setitem__(pt["t"], float(val)))
+    return prog, seen
+
+
+def test_window_of_later_points_is_not_grouped_with_what_it_waits_for():
+    """A join whose chain of reads comes back through a window of later points is refused (the
+    grouping used to put ``G[t]`` with ``a[t]``: a group with no order, which isl could not schedule
+    and refine searched for minutes; the per-step n-step REINFORCE on a compiled CartPole)."""
+    prog, _ = _window_of_a_lagged_flag()
+    exe = prog.compile({"T": 8}, backend="numpy")
+    plan, pdg = exe.plan, exe.pdg
+    assert plan.grouping and plan.problem.restrict is None   # grouped as built: no refinement
+    named = {pdg.rec(n).name: n for n in plan.problem.of}
+    assert plan.problem.of[named["G"]] != plan.problem.of[named["a"]]
+
+
+def test_window_of_later_points_values_equal_the_reference():
+    results = {}
+    for backend in ("reference", "numpy", "numba"):
+        prog, seen = _window_of_a_lagged_flag()
+        prog.compile({"T": 8}, backend=backend).run()
+        results[backend] = seen
+    assert sorted(results["reference"]) == list(range(8))
+    for backend in ("numpy", "numba"):
+        _assert_same(results[backend], results["reference"])

@@ -75,7 +75,7 @@ def test_per_t_program_values(backend, vec):
 
 
 def _args(mod, **kw):
-    base = dict(env="CartPole-v1", num_envs=2, num_steps=8, total_steps=32, backend="numpy")
+    base = dict(env="CartPole-v1", num_envs=2, num_steps=8, total_steps=32, backend="numpy", compiled_env=False)
     base.update(kw)
     return common.make_args(mod.Args, base)
 

@@ -36,13 +36,6 @@ def _alone(pdg, n) -> bool:
     return registry.op(pdg.rec(n).op).has("alone")
 
 
-def island(pdg, n):
-    """The island of node ``n`` (``attrs["island"]``, None for most): nodes of different islands never
-    join one statement. A compiled environment's step is one (:mod:`timerl.rl.compiled`): it joins
-    its own ops, and meets the policy's at its inputs and outputs as a host environment's UDF does."""
-    return pdg.rec(n).attrs.get("island")
-
-
 # the grouping pass's annotations on the PDG (timerl.passes.group): ((gid, members), ...) in
 # statement order, and the joins that made them, in order (for refine)
 GROUPS = "groups"
@@ -84,6 +77,18 @@ def _shifted(pdg, p, e) -> frozenset:
     return frozenset(out)
 
 
+def _forward(pdg, p, e) -> frozenset:
+    """Dims along which a read may reach points after the reader's own: a shift ``x[t + 1]`` (GAE's
+    ``adv[t + 1]``), an index not provably at most the reader's (``v[T]``), a slice whose stop is not
+    provably at most the dim's value plus one (``x[t:t + n]``, ``x[t:T]``)."""
+    out = set()
+    for ent, d in zip(e.index, pdg.rec(p).domain):
+        ahead = (ent.stop - d.e - 1) if isinstance(ent, Slice) else sympy.sympify(ent) - d.e
+        if not (ahead.is_number and ahead <= 0):
+            out.add(d.name)
+    return frozenset(out)
+
+
 def _join_siblings(pdg, analysis, live, parent, find, group_of, tag, creates_cycle, permit):
     """Join groups that no edge connects but that run at the same points (the per-parameter
     merges, snapshots and optimizer states of an RL program): same dims, equal demand, the
@@ -110,7 +115,7 @@ def _join_siblings(pdg, analysis, live, parent, find, group_of, tag, creates_cyc
                 if a == r:
                     break
                 ta, tr = tag.get(a), tag.get(r)
-                if ta != tr or island(pdg, a) != island(pdg, r):
+                if ta != tr:
                     continue
                 if not _renamed(analysis.demand[a], "X").is_equal(dr):
                     continue
@@ -158,8 +163,10 @@ def make_groups(pdg, analysis, enabled=True, siblings=True, restrict=None, joins
         if len(scc) > 1 or any(sub.has_edge(n, n) for n in scc):
             for n in scc:
                 tag[n] = k
-    # edges that may join two instances at the same point (all but constant shifts)
-    sp = {n: [(q, _shifted(pdg, q, e)) for q, e in pdg.inputs(n) if q in parent] for n in live}
+    # edges that may join two instances at the same point (all but constant shifts), and slice
+    # reads that may reach later points along a dim
+    sp = {n: [(q, _shifted(pdg, q, e), _forward(pdg, q, e)) for q, e in pdg.inputs(n) if q in parent]
+          for n in live}
     group_of = {n: {n} for n in live}
     succ_by_dims = {}  # the group's dims -> node -> inputs not shifted along them
 
@@ -174,7 +181,11 @@ def make_groups(pdg, analysis, enabled=True, siblings=True, restrict=None, joins
 
     def creates_cycle(a, b):
         """Would joining groups a and b close a chain of reads at one of their points through
-        another group? Reads shifted along one of the group's own dims cannot (conservative).
+        another group? Reads shifted along one of the group's own dims cannot (conservative),
+        unless the chain crossed a read of later points along one of them (a window ``x[t:t + n]``
+        of n-step returns): from there it may come back by any read, shifted or not (the returns
+        at ``t`` wait for ``done[t + n - 1]``, which a compiled env computes from the action at
+        ``t + n - 2``, which follows the action at ``t``: a group of both has no order).
 
         The walk is over groups, not nodes: a group runs all its members at once, so a chain
         that reaches one member of a group goes on from every member of it (the critic's
@@ -186,24 +197,31 @@ def make_groups(pdg, analysis, enabled=True, siblings=True, restrict=None, joins
         dims = frozenset(d.name for d in pdg.rec(a).domain)
         nxt = succ_by_dims.setdefault(dims, {})
 
-        def succ(n):
-            if n not in nxt:
-                nxt[n] = [q for q, sh in sp[n] if not (sh & dims)]
-            return nxt[n]
+        def succ(n, crossed):
+            """(input, the dims crossed after it) of node ``n`` along a walk that crossed reads of later
+            points along the dims ``crossed``: reads shifted along only those dims are followed too."""
+            key = (n, crossed)
+            if key not in nxt:
+                nxt[key] = [(q, crossed | (fw & dims)) for q, sh, fw in sp[n] if not (sh & dims) - crossed - fw]
+            return nxt[key]
 
         for src, dst in ((group_of[a], group_of[b]), (group_of[b], group_of[a])):
-            seen, stack = set(), [q for n in src for q in succ(n) if q not in both]
+            seen = set()
+            stack = [(q, c) for n in src for q, c in succ(n, frozenset()) if q not in both or (c and q in dst)]
             while stack:
-                r = find(stack.pop())
-                if r in seen:
+                q, crossed = stack.pop()
+                if crossed and q in dst:
+                    return True
+                r = find(q)
+                if (r, crossed) in seen:
                     continue
-                seen.add(r)
+                seen.add((r, crossed))
                 for n in group_of[r]:
-                    for q in succ(n):
-                        if q in dst:
+                    for q2, c2 in succ(n, crossed):
+                        if q2 in dst:
                             return True
-                        if q not in both and find(q) not in seen:
-                            stack.append(q)
+                        if q2 not in both and (find(q2), c2) not in seen:
+                            stack.append((q2, c2))
         return False
 
     if enabled:
@@ -224,7 +242,7 @@ def make_groups(pdg, analysis, enabled=True, siblings=True, restrict=None, joins
         pairs = views_first + [(c, p, e) for c in live for p, e in pdg.inputs(c)]
         for c, p, e in pairs:
             if c not in parent or _alone(pdg, c) or p not in parent or pdg.rec(p).op is Op.UDF \
-                    or not _same_point(pdg, c, p, e) or island(pdg, c) != island(pdg, p):
+                    or not _same_point(pdg, c, p, e):
                 continue
             dc, dp = analysis.demand[c], analysis.demand[p]
             if not _renamed(dp, stmt(c)).is_equal(dc):

@@ -1,6 +1,6 @@
 """Checkpoints: save a training run at the end of an iteration, resume it, use what it trained.
 
-    exe = tl.rl.ppo(env="CartPole-v1", compiled_env=True, checkpoint_dir="ckpt", checkpoint_every=10)
+    exe = tl.rl.ppo(env="CartPole-v1", checkpoint_dir="ckpt", checkpoint_every=10)
     exe.run()                                  # ckpt/iteration-000010/, ckpt/iteration-000020/, ...
     exe = tl.rl.ppo(resume="ckpt")             # the arguments come from the checkpoint
     exe.run()                                  # the iterations after the latest checkpoint

@@ -50,9 +50,9 @@ class CommonArgs:
     """observation shape of the "trivial" env, e.g. (3, 4, 4)"""
     normalize: bool = False
     """normalise observations and rewards with running statistics (gymnasium envs; for continuous control)"""
-    compiled_env: bool = False
+    compiled_env: bool = None
     """run the env compiled into the program (the classic-control ids and trivial: its dynamics as program tensors, not a host UDF);
-    False: gymnasium's own env (the host trivial env)"""
+    False: gymnasium's own env (the host trivial env); default: compiled where a compiled version exists (not with --normalize)"""
     memory_budget: int = None
     """cap in bytes on the planned peak of live tensor bytes (the compiler spills rollout data to disk when it must;
     a budget it cannot meet is refused with the least it can); None: no cap"""
@@ -108,7 +108,7 @@ def check_args(args):
 
     need(args.backend in BACKENDS, f"--backend must be one of {', '.join(BACKENDS)}, got {args.backend!r}")
     need(not (args.normalize and args.env == "trivial"), "--normalize applies to gymnasium envs, not the trivial env")
-    need(args.compiled_env in (True, False), f"--compiled-env must be true or false, got {args.compiled_env!r}")
+    need(args.compiled_env in (None, True, False), f"--compiled-env must be true or false, got {args.compiled_env!r}")
     need(args.memory_budget is None or (isinstance(args.memory_budget, (int, np.integer))
                                         and not isinstance(args.memory_budget, bool) and args.memory_budget > 0),
          f"--memory-budget must be a positive number of bytes, got {args.memory_budget!r}")

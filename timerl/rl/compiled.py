@@ -1,8 +1,8 @@
 """Environments compiled into the program: their dynamics as recurrent-tensor code.
 
-``tl.rl.make_env(id, N, compiled=True)`` for the ids of :data:`COMPILED_IDS` (gymnasium's classic
-control: Acrobot-v1, CartPole-v1, MountainCar-v0, MountainCarContinuous-v0, Pendulum-v1; and the
-trivial env) returns a :class:`CompiledEnv` (the default, ``compiled=False``, gives gymnasium's own environment,
+``tl.rl.make_env(id, N)`` for the ids of :data:`COMPILED_IDS` (gymnasium's classic control:
+Acrobot-v1, CartPole-v1, MountainCar-v0, MountainCarContinuous-v0, Pendulum-v1; and the trivial
+env) returns a :class:`CompiledEnv` by default (``compiled=False`` gives gymnasium's own environment,
 a host UDF). The same user code drives both::
 
     o = tl.placeholder(env.observation_shape, "float32", (i, t))
@@ -16,8 +16,8 @@ like the observation (``state[i, 0] = state[i - 1, T]``), stepped by gymnasium's
 float64, with a step counter for the time limit and the same-step autoreset of
 :class:`timerl.rl.envs.GymEnv`: where an episode ends at step t, ``done[t]`` holds and the state
 (and ``o[t + 1]``) is a fresh initial state. The step's ops are ordinary statements computed by
-the statement kernels; they form one group island (``timerl.passes.group.island``: joined with
-the policy's ops, isl found no schedule for PPO), so they are not yet fused with the policy's.
+the statement kernels; the grouping joins them with the policy's, so one statement kernel computes
+an acting step's policy forward pass, its sample and the environment step it drives.
 No call into Python per step: one sink per rollout keeps the episode bookkeeping of :class:`Env`
 (``episode_returns``, ...; per step only where the action's domain is ``(t,)`` alone).
 
@@ -320,12 +320,7 @@ class CompiledEnv(Env):
     def _step_op(self, a, name):
         import timerl as tl
 
-        a = self._action(a)
-        first = a.prog._count
-        obs, reward, done = self._build_step(tl, a, name)
-        for n in range(first, a.prog._count):  # the step's ops: one island of statements (timerl.passes.group)
-            a.prog.pdg.rec(n).attrs["island"] = self.key
-        return obs, reward, done
+        return self._build_step(tl, self._action(a), name)
 
     def _build_step(self, tl, a, name):
         dims = a.domain

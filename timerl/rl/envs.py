@@ -164,16 +164,15 @@ class GymEnv:
         return np.array([e.get_wrapper_attr("raw_reward") for e in self.venv.envs], np.float32)
 
     def step(self, a):
-        a = np.asarray(a)
         if self.num_actions is not None:
-            a = a.astype(np.int64)
-            if not (0 <= a.min() and a.max() < self.num_actions):
+            a = np.asarray(a, np.int64)
+            if not _in_range(a, self.num_actions):
                 raise EnvError(f"{self.env_id}: actions must be in 0..{self.num_actions - 1}, got {a}")
         else:
             a = np.clip(a.astype(np.float32), self.action_low, self.action_high)
         obs, reward, term, trunc, _ = self.venv.step(a)
         done = np.logical_or(term, trunc)
-        if self.native and done.any():
+        if self.native and _any(done):
             obs = self._reset_now(done)
         return np.asarray(obs, np.float32), np.asarray(reward, np.float32), done
 
@@ -187,6 +186,20 @@ class GymEnv:
 
     def close(self):
         self.venv.close()
+
+
+def _in_range(a, n) -> bool:
+    """Are the integer actions ``a`` all in ``0..n-1``? (A few envs' actions: Python's min and max
+    over a list are several times cheaper than two numpy reductions, and this runs every step.)"""
+    if a.size <= 256:
+        v = a.ravel().tolist()
+        return not v or (min(v) >= 0 and max(v) < n)
+    return bool(a.min() >= 0 and a.max() < n)
+
+
+def _any(done) -> bool:
+    """``done.any()`` for a step's flags, through a list for a few envs (cheaper than a reduction)."""
+    return True in done.tolist() if done.size <= 256 else bool(done.any())
 
 
 def _raw_reward_wrapper():
@@ -276,8 +289,7 @@ class Env:
         return np.asarray(obs, np.float32).reshape(self.observation_shape)
 
     def _step(self, a):
-        a = np.asarray(a).reshape(self.action_shape)
-        obs, r, done = self.impl.step(a)
+        obs, r, done = self.impl.step(np.asarray(a).reshape(self.action_shape))
         r = np.asarray(r, np.float32).reshape(self.num_envs)
         done = np.asarray(done, bool).reshape(self.num_envs)
         raw = self.impl.raw_rewards(r) if hasattr(self.impl, "raw_rewards") else r
@@ -287,9 +299,9 @@ class Env:
     def _account(self, raw, done):
         """One step's bookkeeping: the (unnormalised) rewards and done flags of the ``num_envs`` envs."""
         self.env_steps += self.num_envs
-        self._ret += np.asarray(raw, np.float64).reshape(self.num_envs)
+        self._ret += raw  # float64 += float32: numpy casts in place
         self._len += 1
-        if done.any():  # most steps end no episode: skip the bookkeeping of those that do
+        if _any(done):  # most steps end no episode: skip the bookkeeping of those that do
             for k in np.flatnonzero(done):
                 self.episode_returns.append((self.env_steps, float(self._ret[k]), int(self._len[k])))
             self._ret[done] = 0.0
@@ -354,7 +366,7 @@ class Env:
         return f"Env({self.env_id!r}, num_envs={self.num_envs}, obs={self.single_observation_shape}, actions={kind})"
 
 
-def make_env(env_id, num_envs, seed=0, compiled=False, **kwargs) -> Env:
+def make_env(env_id, num_envs, seed=0, compiled=None, **kwargs) -> Env:
     """A batched environment for recurrent-tensor programs (see the module docstring).
 
     ``env_id`` is any gymnasium id with Box observations and Discrete or 1-D Box actions,
@@ -363,14 +375,13 @@ def make_env(env_id, num_envs, seed=0, compiled=False, **kwargs) -> Env:
     reward normalisation with clipping; ``gamma=`` for the reward's discounted scale; the
     logged episode returns stay unnormalised). Other kwargs go to ``gymnasium.make``.
 
-    ``compiled=True``: the ids of :data:`timerl.rl.compiled.COMPILED_IDS` (Acrobot-v1, CartPole-v1,
-    MountainCar-v0, MountainCarContinuous-v0, Pendulum-v1, trivial) run
-    compiled into the program: their dynamics are program tensors, not a host UDF
-    (:mod:`timerl.rl.compiled`); an id or arguments without a compiled version is an error. Not yet
-    the default: isl does not schedule the per-step n-step REINFORCE with a compiled step in
-    minutes. ``compiled=False`` (the default): gymnasium's own environment (for the trivial env,
-    the host :class:`TrivialEnv`). A bad id, argument or space is a :class:`EnvError`
-    (a ValueError).
+    ``compiled``: by default (None) the ids of :data:`timerl.rl.compiled.COMPILED_IDS` (Acrobot-v1,
+    CartPole-v1, MountainCar-v0, MountainCarContinuous-v0, Pendulum-v1, trivial) run compiled into
+    the program: their dynamics are program tensors, not a host UDF (:mod:`timerl.rl.compiled`);
+    other ids, and arguments only gymnasium's env takes (``normalize=True``, ``render_mode``, ...),
+    run gymnasium's. ``compiled=False``: gymnasium's own environment always (for the trivial env,
+    the host :class:`TrivialEnv`); ``compiled=True``: the compiled version or an error. A bad id,
+    argument or space is a :class:`EnvError` (a ValueError).
     """
     from .compiled import COMPILED_IDS, CompiledEnv, compiled_impl
 
@@ -380,21 +391,22 @@ def make_env(env_id, num_envs, seed=0, compiled=False, **kwargs) -> Env:
         raise EnvError(f"seed must be an int >= 0, got {seed!r}")
     if not isinstance(env_id, str):
         raise EnvError(f"env_id must be a string, got {env_id!r}")
-    if compiled not in (True, False):
-        raise EnvError(f"compiled must be True or False, got {compiled!r}")
+    if compiled not in (None, True, False):
+        raise EnvError(f"compiled must be None (compiled where a version exists), True or False, got {compiled!r}")
     num_envs, seed = int(num_envs), int(seed)
     if env_id == "trivial":
         unknown = set(kwargs) - {"obs_shape", "episode_length"}
         if unknown:
             raise EnvError(f"trivial env: unknown arguments {sorted(unknown)}; it takes obs_shape, episode_length")
-    if compiled:
+    if compiled is not False:
         impl = compiled_impl(env_id, num_envs, kwargs)
         if impl is not None:
             return CompiledEnv(impl, env_id)
-        raise EnvError(f"no compiled version of {env_id!r} with {sorted(kwargs) or 'no arguments'}: compiled "
-                       f"environments are {', '.join(COMPILED_IDS)} (they take max_episode_steps; the MountainCars "
-                       "goal_velocity, Pendulum-v1 g); "
-                       "pass compiled=False for gymnasium's")
+        if compiled:
+            raise EnvError(f"no compiled version of {env_id!r} with {sorted(kwargs) or 'no arguments'}: compiled "
+                           f"environments are {', '.join(COMPILED_IDS)} (they take max_episode_steps; the MountainCars "
+                           "goal_velocity, Pendulum-v1 g); "
+                           "pass compiled=False (or leave it out) for gymnasium's")
     if env_id == "trivial":
         return Env(TrivialEnv(num_envs, seed, **kwargs), env_id)
     return Env(GymEnv(env_id, num_envs, seed, **kwargs), env_id)

@@ -305,6 +305,14 @@ def call_udf(node, ins, pt, batch=None):
         raise RuntimeFault(f"{_udf(node)} returned None at {_at(node, pt)}; declared {n_out} output(s): "
                            f"{_declared(node)} (return the arrays)")
     res = (res,) if n_out == 1 and not isinstance(res, (tuple, list)) else tuple(() if res is None else res)
+    if batch is None and not batched and len(res) == n_out:
+        # the common case, checked cheaply (an env step runs once per step): arrays of the declared
+        # static shapes and dtypes, copied so the UDF can reuse its buffers
+        for r, shape, dt in zip(res, node.shapes, node.dtypes):
+            if type(r) is not np.ndarray or r.dtype != dt or r.shape != shape:
+                break
+        else:
+            return tuple(r.copy() for r in res)
     if len(res) != n_out:
         raise RuntimeFault(f"{_udf(node)} returned {len(res)} values at {_at(node, pt)}, declared {n_out}: "
                            f"{_declared(node)}")
