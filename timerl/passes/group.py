@@ -163,12 +163,12 @@ def make_groups(pdg, analysis, enabled=True, siblings=True, restrict=None, joins
         if len(scc) > 1 or any(sub.has_edge(n, n) for n in scc):
             for n in scc:
                 tag[n] = k
-    # edges that may join two instances at the same point (all but constant shifts), and slice
-    # reads that may reach later points along a dim
+    # per input: the dims it is shifted along (all other reads may join two instances at the same
+    # point) and the dims along which it may read later points (_forward)
     sp = {n: [(q, _shifted(pdg, q, e), _forward(pdg, q, e)) for q, e in pdg.inputs(n) if q in parent]
           for n in live}
     group_of = {n: {n} for n in live}
-    succ_by_dims = {}  # the group's dims -> node -> inputs not shifted along them
+    succ_by_dims = {}  # the group's dims -> (node, dims crossed) -> the inputs a walk follows
 
     def permit(a, b, x=None, y=None):
         """Record the join of groups a and b (nodes x, y: one of each) unless it is refused."""
@@ -183,9 +183,10 @@ def make_groups(pdg, analysis, enabled=True, siblings=True, restrict=None, joins
         """Would joining groups a and b close a chain of reads at one of their points through
         another group? Reads shifted along one of the group's own dims cannot (conservative),
         unless the chain crossed a read of later points along one of them (a window ``x[t:t + n]``
-        of n-step returns): from there it may come back by any read, shifted or not (the returns
-        at ``t`` wait for ``done[t + n - 1]``, which a compiled env computes from the action at
-        ``t + n - 2``, which follows the action at ``t``: a group of both has no order).
+        of n-step returns, GAE's ``adv[t + 1]``): from there it may come back by reads shifted
+        along those dims (the n-step returns at ``t`` wait for ``done[t + n - 1]``, which a compiled
+        env computes from the action at ``t + n - 2``, which follows the action at ``t``: a group
+        of both has no order).
 
         The walk is over groups, not nodes: a group runs all its members at once, so a chain
         that reaches one member of a group goes on from every member of it (the critic's
