@@ -65,28 +65,21 @@ def _same_point(pdg, c, p, e) -> bool:
     return pdg.rec(c).domain == pdg.rec(p).domain and is_basis(e, pdg.rec(p).domain)
 
 
-def _shifted(pdg, p, e) -> frozenset:
-    """Dims along which an index reads a constant distance away (never the same point there)."""
-    out = set()
-    for ent, d in zip(e.index, pdg.rec(p).domain):
-        if isinstance(ent, Slice):
-            continue
-        diff = sympy.sympify(ent) - d.e
-        if diff.is_Integer and diff != 0:
-            out.add(d.name)
-    return frozenset(out)
+def _reach(pdg, p, e) -> tuple[frozenset, frozenset]:
+    """How a read of ``p`` through edge ``e`` reaches along each dim: ``(shifted, forward)``.
 
-
-def _forward(pdg, p, e) -> frozenset:
-    """Dims along which a read may reach points after the reader's own: a shift ``x[t + 1]`` (GAE's
-    ``adv[t + 1]``), an index not provably at most the reader's (``v[T]``), a slice whose stop is not
-    provably at most the dim's value plus one (``x[t:t + n]``, ``x[t:T]``)."""
-    out = set()
+    ``shifted``: dims along which the index reads a constant distance away (never the same point
+    there). ``forward``: dims along which the read may reach points after the reader's own: a shift
+    ``x[t + 1]`` (GAE's ``adv[t + 1]``), an index not provably at most the reader's (``v[T]``), a
+    slice whose stop is not provably at most the dim's value plus one (``x[t:t + n]``, ``x[t:T]``)."""
+    shifted, forward = set(), set()
     for ent, d in zip(e.index, pdg.rec(p).domain):
         ahead = (ent.stop - d.e - 1) if isinstance(ent, Slice) else sympy.sympify(ent) - d.e
+        if not isinstance(ent, Slice) and ahead.is_Integer and ahead != 0:
+            shifted.add(d.name)
         if not (ahead.is_number and ahead <= 0):
-            out.add(d.name)
-    return frozenset(out)
+            forward.add(d.name)
+    return frozenset(shifted), frozenset(forward)
 
 
 def _join_siblings(pdg, analysis, live, parent, find, group_of, tag, creates_cycle, permit):
@@ -164,9 +157,8 @@ def make_groups(pdg, analysis, enabled=True, siblings=True, restrict=None, joins
             for n in scc:
                 tag[n] = k
     # per input: the dims it is shifted along (all other reads may join two instances at the same
-    # point) and the dims along which it may read later points (_forward)
-    sp = {n: [(q, _shifted(pdg, q, e), _forward(pdg, q, e)) for q, e in pdg.inputs(n) if q in parent]
-          for n in live}
+    # point) and the dims along which it may read later points (_reach)
+    sp = {n: [(q, *_reach(pdg, q, e)) for q, e in pdg.inputs(n) if q in parent] for n in live}
     group_of = {n: {n} for n in live}
     succ_by_dims = {}  # the group's dims -> (node, dims crossed) -> the inputs a walk follows
 

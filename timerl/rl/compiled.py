@@ -320,9 +320,7 @@ class CompiledEnv(Env):
     def _step_op(self, a, name):
         import timerl as tl
 
-        return self._build_step(tl, self._action(a), name)
-
-    def _build_step(self, tl, a, name):
+        a = self._action(a)
         dims = a.domain
         if self._s0 is None:
             raise EnvError(f"{self.env_id}.step: call env.reset() first (its initial state starts the step's)")
