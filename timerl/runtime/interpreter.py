@@ -280,10 +280,16 @@ class Render:
             return [f"live += s{n}.put({key}, {v})"]
         if n in self.slots:
             self._assigned.add(f"v{n}")
-            return [f"v{n} = {v}", f"live += {self.nb(n, v)}"]
+            return [f"v{n} = {v}"] + self.count(n, v, "+")
         if n in self.cells:
-            return [f"c{n}[{self.cell(n)}] = {v}", f"live += {self.nb(n, v)}"]
-        return [f"s{n}[{key}] = {v}", f"live += {self.nb(n, v)}"]
+            return [f"c{n}[{self.cell(n)}] = {v}"] + self.count(n, v, "+")
+        return [f"s{n}[{key}] = {v}"] + self.count(n, v, "+")
+
+    def count(self, n, v, sign):
+        """``live`` raised (``+``) or lowered (``-``) by the bytes of value ``v`` of ``n``: no line
+        for a value of no bytes of its own (a view)."""
+        k = self.nb(n, v)
+        return [] if k == "0" else [f"live {sign}= {k}"]
 
     def array_alloc(self, n):
         """The block array of ``n``, allocated when its first point of a block is written."""
@@ -307,6 +313,8 @@ class Render:
             return [f"live -= s{n}.free({key})"]
         if n in self.slots:
             self._assigned.add(f"v{n}")
+            if self.nb(n, f"v{n}") == "0":
+                return [f"v{n} = None"]
             return [f"if v{n} is not None:", f"    live -= {self.nb(n, f'v{n}')}", f"    v{n} = None"]
         if n in self.cells:
             j = self.cell(n)
@@ -480,13 +488,16 @@ class Render:
         for step in s.steps:
             body += self.kernel_lines(step, own) if step.kind == "kernel" else self.op_lines(step, own)
         body += self.peak_check()
-        for n, at in s.tails:  # frees at the tail of their last reader
+        at_points = {}  # frees at the tail of their last reader; those at one point under one test
+        for n, at in s.tails:
             if n in self.stored:
                 if at is None:
                     body += self.free(n, self.key(self.pdg.rec(n).domain, own))
                 else:
-                    body.append(f"if {self.key(own, None)} == {tuple(at)!r}:")
-                    body += ["    " + ln for ln in self.free(n, self.key(self.pdg.rec(n).domain, own))]
+                    at_points.setdefault(tuple(at), []).extend(self.free(n, self.key(self.pdg.rec(n).domain, own)))
+        for at, lines in at_points.items():
+            body.append(f"if {self.key(own, own)} == {at!r}:")
+            body += ["    " + ln for ln in lines]
         if own and any("K_" in ln for ln in body):  # the point's key, built once per execution that reads it
             body = [f"K_ = {self.key(own)}"] + body
         return self._fn(f"G{s.gid}", ", ".join(f"d_{d.name}" for d in own), body)
