@@ -5,6 +5,8 @@
                      verify the PDG after every pass
     TIMERL_VERIFY=1  verify the PDG after every pass only (the test suite sets it)
     TIMERL_COMPILE_WORKERS=N  processes compiling new numba kernels (0: one per core)
+    TIMERL_BLAS_THREADS=N     threads numpy's OpenBLAS uses while a program runs (default 1;
+                              0: leave OpenBLAS's own setting)
     TIMERL_SPILL_DIR=path     where runs that spill under a memory_budget make their
                               timerl-spill-* directory (default: the system's temporary directory)
 
@@ -43,6 +45,12 @@ class Config:
     compile_workers: int = dataclasses.field(
         default_factory=lambda: int(os.environ.get("TIMERL_COMPILE_WORKERS", "0") or 0))
     """TIMERL_COMPILE_WORKERS: processes compiling new numba kernels at compile (0: one per core; 1: none)"""
+    blas_threads: int = dataclasses.field(
+        default_factory=lambda: int(os.environ.get("TIMERL_BLAS_THREADS", "1") or 0))
+    """TIMERL_BLAS_THREADS: threads numpy's OpenBLAS (numpy's ``matmul``, the kernels' ``cblas_?gemm``)
+    uses while ``exe.run()`` runs, restored after it (default 1: on the CI machine's 2 cores its own
+    threading made the paper-setting PPO about 1.4x slower and doubled CartPole PPO's CPU time, its
+    second thread spinning; :func:`timerl.kernels.blas.set_threads`); 0: leave its setting alone"""
     spill_dir: str = dataclasses.field(default_factory=lambda: os.environ.get("TIMERL_SPILL_DIR", ""))
     """TIMERL_SPILL_DIR: the directory in which a run that spills to disk makes its own timerl-spill-*
     directory, removed when the run ends (empty: the system's temporary directory)"""

@@ -46,12 +46,69 @@ def _numpy_blas():
     return None
 
 
-_FOUND = None if os.environ.get("TIMERL_NUMPY_BLAS", "1") in ("0", "false", "no") else _numpy_blas()
+_NUMPY_LIB = _numpy_blas()  # (path, addresses) of numpy's OpenBLAS, or None
+_FOUND = None if os.environ.get("TIMERL_NUMPY_BLAS", "1") in ("0", "false", "no") else _NUMPY_LIB
 #: which BLAS the kernels call: "numpy <library file>" or "numba"
 NAME = f"numpy {os.path.basename(_FOUND[0])}" if _FOUND else "numba"
 NUMPY = _FOUND is not None
 
 _registered = False
+
+
+_PAIRS = (("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),  # numpy's wheels
+          ("scipy_openblas_get_num_threads", "scipy_openblas_set_num_threads"),  # scipy's (numba's BLAS)
+          ("openblas_get_num_threads", "openblas_set_num_threads"))
+_thread_fns = {}  # library path -> (get, set) of its thread count, or None
+
+
+def _openblas_threads():
+    """``{path: (get, set)}`` of the thread counts of every OpenBLAS loaded now: numpy's, and
+    scipy's once numba's BLAS has loaded it."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = dict.fromkeys(ln.split()[-1] for ln in f if "openblas" in ln and ln.rstrip().endswith(".so"))
+    except OSError:  # not Linux
+        return {}
+    for path in paths:
+        if path in _thread_fns:
+            continue
+        _thread_fns[path] = None
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for g, p in _PAIRS:
+            if hasattr(lib, g) and hasattr(lib, p):
+                get, put = getattr(lib, g), getattr(lib, p)
+                get.restype, get.argtypes, put.restype, put.argtypes = ctypes.c_int, [], None, [ctypes.c_int]
+                _thread_fns[path] = (get, put)
+                break
+    return {path: fns for path, fns in _thread_fns.items() if fns is not None and path in paths}
+
+
+def thread_counts() -> dict:
+    """``{library path: threads}`` of every loaded OpenBLAS whose thread count can be read."""
+    return {path: get() for path, (get, _) in _openblas_threads().items()}
+
+
+def set_threads(n):
+    """Make numpy's OpenBLAS (the one numpy's ``matmul`` and the kernels' ``cblas_?gemm`` call) use
+    ``n`` threads, or, given a dict from an earlier call, the counts it holds; returns
+    ``{path: count it had}`` to restore them with, or None (nothing changed) for a count that is not
+    positive. scipy's OpenBLAS (numba's BLAS, the kernels' ``gemv``) keeps its own count: measured on
+    the CI machine, the paper-setting PPO ran at 285-301 ms an iteration with it threaded and at
+    313-333 ms with it at one thread too."""
+    if not isinstance(n, dict) and n <= 0:
+        return None
+    old = {}
+    for path, (get, put) in _openblas_threads().items():
+        want = n.get(path) if isinstance(n, dict) else (n if _NUMPY_LIB is not None and path == _NUMPY_LIB[0] else None)
+        if want is None:
+            continue
+        old[path] = get()
+        if old[path] != want:
+            put(want)
+    return old
 
 
 def register() -> None:

@@ -12,6 +12,8 @@ import time
 import numpy as np
 import tqdm
 
+from ..config import config
+from ..kernels import blas
 from ..schedule.tree import ScheduleTree
 from .spill import SpillSession
 
@@ -107,12 +109,15 @@ class Executable:
             bar = tqdm.tqdm(total=1 if total == 0 else total, desc=f"timerl ({dim} loop)" if dim else "timerl",
                             unit="it", file=sys.stderr, dynamic_ncols=True)
         old = np.seterr(all="ignore")
+        threads = blas.set_threads(config.blas_threads)  # TIMERL_BLAS_THREADS, restored after the run
         try:
             self._run(bar.update if bar is not None else None)
             if bar is not None and total == 0:
                 bar.update()
         finally:
             np.seterr(**old)
+            if threads is not None:
+                blas.set_threads(threads)
             for s in self._stores:
                 s.clear()
             if bar is not None:
