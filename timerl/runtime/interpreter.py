@@ -342,9 +342,13 @@ class Render:
             nm = self.names(node.domain)
             for j, ((p, e), a) in enumerate(zip(ins, args)):
                 c = cond_to_py(sympy.sympify(e.cond), nm) if e.cond is not None else "True"
+                if c == "True":  # applies wherever the earlier branches do not: the later ones never run
+                    L += ["else:", f"    o = {a}"] if j else [f"o = {a}"]
+                    break
                 L += [f"{'if' if j == 0 else 'elif'} {c}:", f"    o = {a}"]
-            msg = f"placeholder {node.name!r}: no branch applies at point "
-            L += ["else:", f"    raise RuntimeFault({msg!r} + str({k}))"]
+            else:
+                msg = f"placeholder {node.name!r}: no branch applies at point "
+                L += ["else:", f"    raise RuntimeFault({msg!r} + str({k}))"]
         elif op is Op.ACCESS:
             L.append(f"o = {args[0]}")
         elif op is Op.CONST:  # the graph keeps it C-ordered (ir.ops.frozen), as kernels take it
