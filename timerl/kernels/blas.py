@@ -28,16 +28,21 @@ _EXPORTS = {"float32": "scipy_cblas_sgemm64_", "float64": "scipy_cblas_dgemm64_"
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 
 
+def _loaded_openblas() -> list:
+    """Paths of the OpenBLAS libraries loaded in this process (numpy's; scipy's once numba's BLAS
+    has loaded it), in load order; empty where ``/proc/self/maps`` cannot be read (not Linux)."""
+    try:
+        with open("/proc/self/maps") as f:
+            return list(dict.fromkeys(ln.split()[-1] for ln in f if "openblas" in ln and ln.rstrip().endswith(".so")))
+    except OSError:
+        return []
+
+
 def _numpy_blas():
     """(path, {dtype: address}) of numpy's loaded OpenBLAS, or None."""
     import numpy as np  # noqa: F401  (loads numpy's BLAS into the process)
 
-    try:
-        with open("/proc/self/maps") as f:
-            paths = list(dict.fromkeys(ln.split()[-1] for ln in f if "openblas" in ln and ln.rstrip().endswith(".so")))
-    except OSError:  # not Linux
-        return None
-    for path in paths:
+    for path in _loaded_openblas():
         try:
             lib = ctypes.CDLL(path)
             return path, {dt: ctypes.cast(getattr(lib, sym), ctypes.c_void_p).value for dt, sym in _EXPORTS.items()}
@@ -58,56 +63,43 @@ _registered = False
 _PAIRS = (("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),  # numpy's wheels
           ("scipy_openblas_get_num_threads", "scipy_openblas_set_num_threads"),  # scipy's (numba's BLAS)
           ("openblas_get_num_threads", "openblas_set_num_threads"))
-_thread_fns = {}  # library path -> (get, set) of its thread count, or None
 
 
-def _openblas_threads():
-    """``{path: (get, set)}`` of the thread counts of every OpenBLAS loaded now: numpy's, and
-    scipy's once numba's BLAS has loaded it."""
+def _thread_fns(path):
+    """``(get, set)`` of the thread count of the OpenBLAS at ``path``, or None."""
     try:
-        with open("/proc/self/maps") as f:
-            paths = dict.fromkeys(ln.split()[-1] for ln in f if "openblas" in ln and ln.rstrip().endswith(".so"))
-    except OSError:  # not Linux
-        return {}
-    for path in paths:
-        if path in _thread_fns:
-            continue
-        _thread_fns[path] = None
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for g, p in _PAIRS:
-            if hasattr(lib, g) and hasattr(lib, p):
-                get, put = getattr(lib, g), getattr(lib, p)
-                get.restype, get.argtypes, put.restype, put.argtypes = ctypes.c_int, [], None, [ctypes.c_int]
-                _thread_fns[path] = (get, put)
-                break
-    return {path: fns for path, fns in _thread_fns.items() if fns is not None and path in paths}
+        lib = ctypes.CDLL(path)
+    except OSError:
+        return None
+    for g, p in _PAIRS:
+        if hasattr(lib, g) and hasattr(lib, p):
+            get, put = getattr(lib, g), getattr(lib, p)
+            get.restype, get.argtypes, put.restype, put.argtypes = ctypes.c_int, [], None, [ctypes.c_int]
+            return get, put
+    return None
+
+
+_NUMPY_THREADS = _thread_fns(_NUMPY_LIB[0]) if _NUMPY_LIB is not None else None
 
 
 def thread_counts() -> dict:
     """``{library path: threads}`` of every loaded OpenBLAS whose thread count can be read."""
-    return {path: get() for path, (get, _) in _openblas_threads().items()}
+    fns = {path: _thread_fns(path) for path in _loaded_openblas()}
+    return {path: f[0]() for path, f in fns.items() if f is not None}
 
 
-def set_threads(n):
+def set_threads(n: int) -> int | None:
     """Make numpy's OpenBLAS (the one numpy's ``matmul`` and the kernels' ``cblas_?gemm`` call) use
-    ``n`` threads, or, given a dict from an earlier call, the counts it holds; returns
-    ``{path: count it had}`` to restore them with, or None (nothing changed) for a count that is not
-    positive. scipy's OpenBLAS (numba's BLAS, the kernels' ``gemv``) keeps its own count: measured on
-    the CI machine, the paper-setting PPO ran at 285-301 ms an iteration with it threaded and at
-    313-333 ms with it at one thread too."""
-    if not isinstance(n, dict) and n <= 0:
+    ``n`` threads; returns the count it had (to restore it with), or None where nothing changed
+    (``n`` not positive, or its thread count not found). scipy's OpenBLAS (numba's BLAS, the kernels'
+    ``gemv``) keeps its own count: measured on the CI machine, the paper-setting PPO ran at 285-301 ms
+    an iteration with it threaded and at 313-333 ms with it at one thread too."""
+    if _NUMPY_THREADS is None or n <= 0:
         return None
-    old = {}
-    for path, (get, put) in _openblas_threads().items():
-        want = n.get(path) if isinstance(n, dict) else (n if _NUMPY_LIB is not None and path == _NUMPY_LIB[0] else None)
-        if want is None:
-            continue
-        old[path] = get()
-        if old[path] != want:
-            put(want)
+    get, put = _NUMPY_THREADS
+    old = get()
+    if old != n:
+        put(n)
     return old
 
 
