@@ -311,16 +311,18 @@ class Render:
                 [f"    live -= {self.array_bytes(n)}"]
         if n in self.blocks:
             return [f"live -= s{n}.free({key})"]
-        if n in self.slots:
+        if n in self.slots:  # (a value of no bytes of its own: nothing to count, no test)
             self._assigned.add(f"v{n}")
-            if self.nb(n, f"v{n}") == "0":
-                return [f"v{n} = None"]
-            return [f"if v{n} is not None:", f"    live -= {self.nb(n, f'v{n}')}", f"    v{n} = None"]
+            less = self.count(n, f"v{n}", "-")
+            return [f"if v{n} is not None:", "    " + less[0], f"    v{n} = None"] if less else [f"v{n} = None"]
         if n in self.cells:
             j = self.cell(n)
-            return [f"{var} = c{n}[{j}]", f"if {var} is not None:", f"    live -= {self.nb(n, var)}",
-                    f"    c{n}[{j}] = None"]
-        return [f"{var} = s{n}.pop({key}, None)", f"if {var} is not None:", f"    live -= {self.nb(n, var)}"]
+            less = self.count(n, var, "-")
+            return [f"{var} = c{n}[{j}]", f"if {var} is not None:", "    " + less[0], f"    c{n}[{j}] = None"] \
+                if less else [f"c{n}[{j}] = None"]
+        less = self.count(n, var, "-")
+        return [f"{var} = s{n}.pop({key}, None)", f"if {var} is not None:", "    " + less[0]] if less else \
+            [f"s{n}.pop({key}, None)"]
 
     def free(self, n, key):
         return self.drop(n, key)
