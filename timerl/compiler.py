@@ -307,6 +307,7 @@ class Plan:
             self._plan_ns = low.ns
         if mode != "plan":  # a planning lowering (planned_peak) generates no kernels: keep the run's
             self.kernels = low.kernels
+            self.compiled_loops, self.interpreted_loops = low.compiled_loops, low.interpreted_loops
             self.lowered = low.lowered  # the backend-neutral lowered program the run renders
             self.progress_units = low.progress_units()
             self.donated = low.donated  # the lowering may decline a donation it cannot do in place

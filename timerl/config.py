@@ -7,6 +7,8 @@
     TIMERL_COMPILE_WORKERS=N  processes compiling new numba kernels (0: one per core)
     TIMERL_BLAS_THREADS=N     threads numpy's OpenBLAS uses while a program runs (default 1;
                               0: leave OpenBLAS's own setting)
+    TIMERL_COMPILE_LOOPS=0    interpret every loop of the schedule (default 1: loops of statement
+                              kernels run as numba functions on the numba backend)
     TIMERL_SPILL_DIR=path     where runs that spill under a memory_budget make their
                               timerl-spill-* directory (default: the system's temporary directory)
 
@@ -51,6 +53,11 @@ class Config:
     uses while ``exe.run()`` runs, restored after it (default 1: on the CI machine's 2 cores its own
     threading made the paper-setting PPO about 1.4x slower and doubled CartPole PPO's CPU time, its
     second thread spinning; :func:`timerl.kernels.blas.set_threads`); 0: leave its setting alone"""
+    compile_loops: bool = dataclasses.field(
+        default_factory=lambda: os.environ.get("TIMERL_COMPILE_LOOPS", "1").lower() not in ("", "0", "false", "no"))
+    """TIMERL_COMPILE_LOOPS: on the numba backend, render each loop of the schedule whose statements are all
+    statement kernels (an acting loop over ``t``) as one numba function instead of a Python loop (default 1;
+    :mod:`timerl.runtime.loops`); 0: every loop interpreted"""
     spill_dir: str = dataclasses.field(default_factory=lambda: os.environ.get("TIMERL_SPILL_DIR", ""))
     """TIMERL_SPILL_DIR: the directory in which a run that spills to disk makes its own timerl-spill-*
     directory, removed when the run ends (empty: the system's temporary directory)"""
@@ -67,7 +74,7 @@ def override(**kw):
             exe = prog.compile(bounds={"T": 4})
 
     An unknown setting is an ``AttributeError``. Settings: ``debug``, ``check``, ``verify``, ``cache_dir``,
-    ``compile_workers``, ``spill_dir``.
+    ``compile_workers``, ``compile_loops``, ``spill_dir``.
     """
     old = {k: getattr(config, k) for k in kw}
     for k, v in kw.items():

@@ -2,7 +2,7 @@
 ``$TIMERL_CACHE_DIR/kernels``).
 
 It holds each generated kernel's Python source, ``k_<hash of the source>.py`` (the cuda
-backend's: ``cu_<hash>.py``), and numba's
+backend's: ``cu_<hash>.py``; a compiled loop's, :mod:`timerl.runtime.loops`: ``l_<hash>.py``), and numba's
 compiled code for it under ``__pycache__`` (``.nbi`` index, ``.nbc`` machine code per
 signature; under ``$NUMBA_CACHE_DIR`` instead when that is set), so a program compiled
 again, in any process, loads its kernels instead of compiling them. Deleting it is safe:
@@ -34,7 +34,7 @@ def info() -> dict:
                 size += os.path.getsize(os.path.join(root, f))
             except OSError:  # removed meanwhile by another process
                 continue
-            kernels += root == d and f.startswith(("k_", "cu_")) and f.endswith(".py")
+            kernels += root == d and f.startswith(("k_", "cu_", "l_")) and f.endswith(".py")
     return {"path": d, "kernels": kernels, "bytes": size}
 
 

@@ -22,22 +22,31 @@ from . import cache
 _loaded: dict = {}
 
 
-def _write(src: str) -> tuple[str, str]:
+def _hash(src: str) -> str:
+    return hashlib.sha1(src.encode()).hexdigest()[:16]
+
+
+def module_name(src: str) -> str:
+    """The module name the kernel of this source is imported as (once loaded, in ``sys.modules``)."""
+    return f"timerl_kernel_{_hash(src)}"
+
+
+def _write(src: str, prefix: str = "k_") -> tuple[str, str]:
     """(hash, path) of the kernel file of this source, written to the cache if new."""
-    h = hashlib.sha1(src.encode()).hexdigest()[:16]
+    h = _hash(src)
     d = cache.kernel_dir()
     os.makedirs(d, exist_ok=True)
-    path = os.path.join(d, f"k_{h}.py")
+    path = os.path.join(d, f"{prefix}{h}.py")
     if not os.path.exists(path):
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=f"k_{h}.", suffix=".tmp")  # unique per process and thread
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=f"{prefix}{h}.", suffix=".tmp")  # unique per process and thread
         with os.fdopen(fd, "w") as f:
             f.write(src)
         os.replace(tmp, path)
     return h, path
 
 
-def _import(h: str, path: str):
-    spec = importlib.util.spec_from_file_location(f"timerl_kernel_{h}", path)
+def _import(h: str, path: str, name: str = "timerl_kernel_"):
+    spec = importlib.util.spec_from_file_location(f"{name}{h}", path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # numba's cache pickles refer to the module by name
     spec.loader.exec_module(mod)
@@ -81,9 +90,16 @@ def prewarm(srcs) -> int:
     return len(jobs)
 
 
+def load_module(src: str, prefix: str, name: str):
+    """The module of a generated source other than a kernel's (a compiled loop: ``l_<hash>.py``),
+    written to the kernel cache and imported as ``<name><hash>``."""
+    h, path = _write(src, prefix)
+    return sys.modules.get(f"{name}{h}") or _import(h, path, name)
+
+
 def load(src: str):
     """Compile (or fetch from the on-disk cache) the kernel of this source."""
-    h = hashlib.sha1(src.encode()).hexdigest()[:16]
+    h = _hash(src)
     if h in _loaded:
         return _loaded[h]
     h, path = _write(src)

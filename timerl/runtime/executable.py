@@ -49,7 +49,9 @@ class Executable:
             stage), ``run_seconds``, ``kernels`` (generated kernels), ``swapped_bytes`` (bytes
             written to spill files plus bytes read back), ``spilled_bytes`` (the most bytes on
             disk at once), ``swap_seconds`` (time writing spill files and waiting for reads),
-            ``planned_peak_bytes``, ``statements``, ``donations``; on ``"cuda"`` also
+            ``planned_peak_bytes``, ``statements``, ``donations``, ``compiled_loops`` (the loops
+            running as numba functions: iterator and statements, :mod:`timerl.runtime.loops`),
+            ``interpreted_loops`` (loops with a statement kernel left in Python, and why); on ``"cuda"`` also
             ``peak_device_bytes`` (the device pool's peak of base allocations, kernel temporaries
             included), ``h2d_bytes`` and ``d2h_bytes`` (bytes copied to and from the device).
         backend, bounds, seed, source: how it was compiled (``source``: the lowered Python).
@@ -71,7 +73,9 @@ class Executable:
         self.stats = {"peak_bytes": 0, "peak_host_bytes": 0, "compile_seconds": times, "run_seconds": 0.0,
                       "kernels": len(plan.kernels), "swapped_bytes": 0, "spilled_bytes": 0, "swap_seconds": 0.0,
                       "planned_peak_bytes": planned, "statements": len(plan.problem.groups),
-                      "donations": len(plan.donated)}
+                      "donations": len(plan.donated),
+                      "compiled_loops": list(getattr(plan, "compiled_loops", [])),
+                      "interpreted_loops": list(getattr(plan, "interpreted_loops", []))}
 
     def planned_peak(self) -> int:
         """The schedule's peak of live tensor bytes, counted without running the ops."""

@@ -25,6 +25,7 @@ import itertools
 import numpy as np
 import sympy
 
+from ..config import config
 from ..errors import RuntimeFault
 from ..ir import rng
 from ..ir.expr import compile_py, cond_to_py, to_py
@@ -481,14 +482,23 @@ class Render:
             if o in outs:
                 L.append(f"bn{o} += 1")
                 continue
-            shape = tuple(self.pdg.rec(o).shape)
-            L.append(f"o = r[{returned.index(o)}]" + ("" if len(shape) else ".reshape(())"))
+            L.append(f"o = {self.kernel_result(returned.index(o), tuple(self.pdg.rec(o).shape))}")
             L += self.write(o, k)
         return L
+
+    @staticmethod
+    def kernel_result(j, shape):
+        """The kernel's ``j``-th returned array as the value stored (a 0-d value: returned as (1,))."""
+        return f"r[{j}]" + ("" if len(shape) else ".reshape(())")
 
     # whole program -------------------------------------------------------------------------
     def statement_fn(self, s):
         self._assigned = set()
+        body = self.statement_body(s)
+        return self._fn(f"G{s.gid}", ", ".join(f"d_{d.name}" for d in s.domain), body)
+
+    def statement_body(self, s):
+        """The lines of one execution of statement ``s`` (its point in ``d_<dim>`` variables)."""
         own = s.domain
         body = []
         for step in s.steps:
@@ -506,7 +516,7 @@ class Render:
             body += ["    " + ln for ln in lines]
         if own and any("K_" in ln for ln in body):  # the point's key, built once per execution that reads it
             body = [f"K_ = {self.key(own)}"] + body
-        return self._fn(f"G{s.gid}", ", ".join(f"d_{d.name}" for d in own), body)
+        return body
 
     def _fn(self, name, args, body):
         nl = ", ".join(["live", "peak"] + sorted(self._assigned))
@@ -537,7 +547,10 @@ class Render:
                 self._fn(f"V{n}", unit, [f"s{n}.wait({ukey})"])]
 
     #: the rendered function each kind of schedule call runs (then its id)
-    CALLS = {"exec": "G", "free": "F", "swap_out": "O", "swap_in": "I", "prefetch": "P", "swap_wait": "V"}
+    CALLS = {"exec": "G", "free": "F", "swap_out": "O", "swap_in": "I", "prefetch": "P", "swap_wait": "V",
+             "jit": "J"}
+    #: whether loops of statement kernels become numba functions (:mod:`timerl.runtime.loops`)
+    compile_loops = True
 
     def source(self) -> str:
         if self.backend == "numba":
@@ -552,7 +565,16 @@ class Render:
                 return "if tick is not None: tick()"
             return f"{self.CALLS[c.kind]}{c.ident}({', '.join(c.args)})"
 
-        body = render(ticked(self.low.tree), call_line, 1) or ["    pass"]
+        tree = ticked(self.low.tree)
+        self.loops, self.declined = [], []
+        if self.backend == "numba" and self.compile_loops and config.compile_loops:
+            from .loops import LoopCompiler  # noqa: PLC0415 - imports this module
+
+            lc = LoopCompiler(self)  # loops of statement kernels as numba functions (runtime.loops)
+            tree = lc.tree(tree)
+            fns += lc.wrappers(call_line)
+            self.loops, self.declined = lc.loops, lc.declined
+        body = render(tree, call_line, 1) or ["    pass"]
         slots, cells = self.slot_vars(), self.cell_lists()  # variables (None when empty), lists of cells
         counts = [f"bn{n}" for n in sorted(self.arrays)]  # live points of each block array
         # what holds a value: a slot, a block array (its first output's variable), a cell
@@ -696,6 +718,7 @@ class CheckRender(Render):
     inside one is found (replayed with numpy to name the op)."""
 
     inline_blocks = False
+    compile_loops = False  # every read and free checked in Python
     #: the kernel results the non-finite check reads (cuda: copied to the host)
     RESULTS = "r"
 
@@ -851,6 +874,7 @@ class PlanRender(Render):
 
     counts_only = True
     inline_blocks = False
+    compile_loops = False  # counts bytes in Python: nothing to gain, the peak's target checked
 
     def __init__(self, *a):
         super().__init__(*a)
@@ -969,6 +993,8 @@ class Lowering:
         r = renderer(self.mode, self.backend)(self.prog, self.pdg, self.bounds, self.seed, low, self.backend)
         out = r.build()
         self.kernels, self.ns = r.kernels, r.ns
+        self.compiled_loops = [{"iterator": cl.iterator, "statements": cl.statements} for cl in r.loops]
+        self.interpreted_loops = list(r.declined)
         return out
 
     def progress_units(self):
