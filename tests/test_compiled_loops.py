@@ -12,7 +12,7 @@ W = np.random.default_rng(0).normal(size=(4, 4)).astype("float32")
 J = np.tile(np.array([3, 1, 0, 2], np.int64), (2, 6, 1))
 
 
-def _recurrence(j, backend="numba"):
+def _recurrence(j, shift=False):
     """x[i, t+1] = tanh(x[i, t][j[i, t]] @ W) + 0.5 over T = 6 steps, its sum over t sunk per i:
     the loop over t holds only statement kernels, constants and data reads."""
     prog = tl.Program("i t")
@@ -23,36 +23,40 @@ def _recurrence(j, backend="numba"):
         jj = tl.tensor(j, (i, t), name="j")
         x = tl.placeholder((4,), "float32", (i, t), name="x")
         x[i, 0] = tl.tensor(np.ones(4, "float32"), name="x0")
-        x[i, t + 1] = tl.tanh(x[i, t].take(jj, axis=0) @ w) + 0.5
+        step = tl.tanh(x[i, t].take(jj, axis=0) @ w) + 0.5
+        if shift:  # a dim's value inside the loop too
+            step = step + tl.dim_value(t).astype("float32") * 0.25
+        x[i, t + 1] = step
         tl.sink(x[i, 0:T].sum(axis=0), lambda v, p: got.__setitem__(p["i"], np.array(v)))
-    exe = prog.compile(bounds={"I": 2, "T": 6}, backend=backend)
+    exe = prog.compile(bounds={"I": 2, "T": 6}, backend="numba")
     return exe, got
 
 
-def _expect(j):
+def _expect(j, shift=False):
     out = {}
     for k in range(2):
         x, acc = np.ones(4, "float32"), np.zeros(4, "float32")
         for s in range(6):
             acc = acc + x
-            x = np.tanh(x[j[k, s]] @ W) + np.float32(0.5)
+            x = np.tanh(x[j[k, s]] @ W) + np.float32(0.5) + np.float32(0.25 * s if shift else 0.0)
         out[k] = acc
     return out
 
 
-def test_a_recurrence_runs_as_a_compiled_loop_with_the_interpreters_values_and_bytes():
-    exe, got = _recurrence(J)
+@pytest.mark.parametrize("shift", [False, True])
+def test_a_recurrence_runs_as_a_compiled_loop_with_the_interpreters_values_and_bytes(shift):
+    exe, got = _recurrence(J, shift)
     (cl,) = exe.stats["compiled_loops"]
     x_next = [n for n in exe.pdg.nodes if exe.pdg.rec(n).op is Op.MATMUL]
     assert x_next and exe.plan.problem.of[x_next[0]] in cl["statements"]
     exe.run()
     with tl.config.override(compile_loops=False):
-        plain, want = _recurrence(J)
+        plain, want = _recurrence(J, shift)
     assert plain.stats["compiled_loops"] == []
     plain.run()
     for k in range(2):
         np.testing.assert_array_equal(got[k], want[k])  # the same kernels in the same order
-        np.testing.assert_allclose(got[k], _expect(J)[k], rtol=1e-5)
+        np.testing.assert_allclose(got[k], _expect(J, shift)[k], rtol=1e-5)
     assert exe.stats["peak_bytes"] == plain.stats["peak_bytes"] > 0  # live bytes counted alike
 
 
