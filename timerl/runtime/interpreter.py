@@ -21,6 +21,7 @@ into inf/NaN; :class:`PlanRender` only counts bytes (the planned peak, no numpy 
 from __future__ import annotations
 
 import itertools
+import re
 
 import numpy as np
 import sympy
@@ -33,8 +34,9 @@ from ..ir.ops import Op, Slice
 from ..ir.polyhedral import fmt_point
 from ..ir.semantics import BINARY, UNARY, evaluate
 from ..kernels import cpu, statement
-from ..schedule.tree import outer_loops, render, ticked, trip_count, walk
+from ..schedule.tree import Guard, Loop, Seq, outer_loops, render, ticked, trip_count, walk
 from .checks import checks_finite, finite, nonfinite_fault
+from .loops import INLINED
 from .lowered import lower
 from .reference import _readonly, call_sink, call_udf
 from .spill import SpillSession, SpillStore
@@ -122,6 +124,17 @@ class SlotStore:
 
     def clear(self):
         self._drop()
+
+
+def _iterators(tree) -> set:
+    """The names of the loop iterators of a schedule tree."""
+    if isinstance(tree, Loop):
+        return {tree.it} | _iterators(tree.body)
+    if isinstance(tree, Guard):
+        return _iterators(tree.then) | (set() if tree.other is None else _iterators(tree.other))
+    if isinstance(tree, Seq):
+        return set().union(*(_iterators(c) for c in tree.children))
+    return set()
 
 
 class Render:
@@ -530,6 +543,23 @@ class Render:
             return f"def F{n}({args}):\n    pass\n"
         return self._fn(f"F{n}", args, self.free(n, self.key(node.domain)))
 
+    def inline_free(self, c, iters, inlined):
+        """The lines of free call ``c`` written where it runs (in ``run`` or a replay), instead of a
+        call of its function: PPO's learner frees about 2,400 values an iteration, and a Python
+        call costs more than the test and decrement it runs. Adds the names it assigns to
+        ``inlined``. None (call the function) for a cell whose list's name is a loop iterator's."""
+        n = c.ident
+        if n not in self.stored:
+            return ["pass"]
+        if n in self.cells and f"c{n}" in iters:
+            return None
+        node = self.pdg.rec(n)
+        self._assigned = set()
+        body = self.free(n, self.key(node.domain))
+        inlined |= self._assigned
+        text = "\n".join(body)
+        return [f"d_{d.name} = {a}" for d, a in zip(node.domain, c.args) if re.search(rf"\bd_{d.name}\b", text)] + body
+
     def swap_fns(self, n):
         """The swap statements of spilled node ``n`` (:mod:`timerl.schedule.spill`): swap-out per
         point, with the outputs it writes; swap-in, prefetch and wait per unit (a block or a point).
@@ -560,38 +590,51 @@ class Render:
         fns += [self.free_fn(n) for n in sorted(set(self.low.frees) | self.stored)]
         fns += [f for n in sorted(self.spills) for f in self.swap_fns(n)]
 
+        tree = ticked(self.low.tree)
+        iters, inlined = _iterators(tree), {"live", "peak"}
+
         def call_line(c):
             if c.kind == "tick":  # progress: once per iteration of the outermost loops, when asked for
                 return "if tick is not None: tick()"
+            if c.kind == "free":
+                lines = self.inline_free(c, iters, inlined)
+                if lines is not None:
+                    return "\n".join(lines)
             return f"{self.CALLS[c.kind]}{c.ident}({', '.join(c.args)})"
 
-        tree = ticked(self.low.tree)
-        self.loops, self.declined = [], []
+        self.loops, self.declined, lc, kept = [], [], None, {}
         if self.backend == "numba" and self.compile_loops and config.compile_loops:
             from .loops import LoopCompiler  # noqa: PLC0415 - imports this module
 
             lc = LoopCompiler(self)  # loops of statement kernels as numba functions (runtime.loops)
             tree = lc.tree(tree)
-            fns += lc.wrappers(call_line)
             self.loops, self.declined = lc.loops, lc.declined
         body = render(tree, call_line, 1) or ["    pass"]
+        if lc is not None:
+            kept = lc.kept_cells(body, fns, tree)
+            fns += lc.wrappers(call_line, kept)
         slots, cells = self.slot_vars(), self.cell_lists()  # variables (None when empty), lists of cells
         counts = [f"bn{n}" for n in sorted(self.arrays)]  # live points of each block array
         # what holds a value: a slot, a block array (its first output's variable), a cell
         held = [f"(v{n} is not None)" for n in self.slots] + \
             [f"({self.avars(n)[0]} is not None)" for n in sorted(self.arrays)] + \
-            [f"sum(x is not None for x in c{n})" for n in sorted(self.cells)]
-        run = "def run(tick=None):\n" + "\n".join(body) + "\n"
+            [f"int(ch{n}.sum())" if n in kept else f"sum(x is not None for x in c{n})" for n in sorted(self.cells)]
+        # the frees written in place assign the state: ``run`` and the replays declare it theirs
+        nonlocal_line = f"    nonlocal {', '.join(sorted(inlined))}\n"
+        fns = [f.replace(f"\n{INLINED}\n", "\n" + nonlocal_line, 1) for f in fns]
+        run = "def run(tick=None):\n" + nonlocal_line + "\n".join(body) + "\n"
         nl = f"    nonlocal {', '.join(slots + counts)}\n" if slots + counts else ""
         inner = "\n".join(fns + [run])
         inner += ("def mem():\n    return live, peak\n"
                   "def reset():\n    nonlocal live, peak\n    live = 0\n    peak = 0\n"
                   f"def drop_slots():\n{nl}" + "".join(f"    {v} = None\n" for v in slots)
                   + "".join(f"    {c} = 0\n" for c in counts)
-                  + "".join(f"    {c}[:] = [None] * {k}\n" for c, k in cells) + "    return None\n"
+                  + "".join(f"    {c}[:] = [None] * {k}\n" for c, k in cells)
+                  + "".join(f"    ch{n}[:] = False\n" for n in kept) + "    return None\n"
                   "def held():\n    return " + " + ".join(["0"] + held) + "\n" + self.extra_fns())
         head = "def make():\n    live = 0\n    peak = 0\n" + "".join(f"    {v} = None\n" for v in slots) + \
-            "".join(f"    {c} = 0\n" for c in counts) + "".join(f"    {c} = [None] * {k}\n" for c, k in cells)
+            "".join(f"    {c} = 0\n" for c in counts) + "".join(f"    {c} = [None] * {k}\n" for c, k in cells) + \
+            "".join(f"    x{n}, ch{n} = {new}\n" for n, new in kept.items())
         return head + "".join("    " + ln + "\n" for ln in inner.splitlines()) + \
             "    return run, mem, reset, held, drop_slots\n"
 

@@ -70,6 +70,10 @@ def _nbty(dt, nd, readonly=False):
 #: the longest loop body compiled (PPO's acting loop on CartPole: 349 lines, about 4 s)
 MAX_LINES = 800
 
+#: the line a replay function (:meth:`LoopCompiler.wrappers`) holds where ``Render.source`` writes
+#: its ``nonlocal`` declaration of the state that the frees written in place assign
+INLINED = "    #nonlocal"
+
 #: the ops a compiled loop evaluates itself (the others run in statement kernels or stay in Python)
 JIT_OPS = (Op.ACCESS, Op.MERGE, Op.CONST, Op.DATA, Op.DIM_VALUE)
 
@@ -408,7 +412,21 @@ class LoopCompiler:
         mod.loop.disable_compile()
         return mod.loop
 
-    def wrappers(self, call_line):
+    def kept_cells(self, body, fns, tree):
+        """The cells only compiled loops read and write, kept as their arrays for the whole run
+        (``x<n>``, ``ch<n>``; ``{n: the line allocating them}``): no list built and read back
+        around each call of a loop (0.3 ms of an iteration of CartPole PPO, whose acting and
+        return loops hold four). A cell that ``run`` or a statement or free it calls touches
+        stays a list converted around each call."""
+        called = {f"{self.r.CALLS[c.kind]}{c.ident}" for c in walk(tree) if c.kind in self.r.CALLS}
+        text = "\n".join(body + [f for f in fns if f[4:f.index("(")] in called])
+        out = {}
+        for n in sorted({n for cl in self.loops for n in cl.cells}):
+            if not re.search(rf"\bc{n}\b", text):
+                out[n] = f"jcells(c{n}, Dc{n})"
+        return out
+
+    def wrappers(self, call_line, kept=()):
         """The Python functions ``J<k>`` that call each compiled loop (inside the rendered
         program's closure): its state in, the loop, its state back. When the compiled loop raises
         (a kernel's check, a point no branch holds), nothing of its state has been stored back
@@ -420,18 +438,22 @@ class LoopCompiler:
             assigned = [nm for nm, _ in cl.outs if nm[0] not in "h"] + \
                 [ln.split(" = ")[0] for nm, ln in cl.outs if ln is not None and nm[0] == "h"]
             body = [f"nonlocal {', '.join(sorted(set(assigned), key=assigned.index))}"]
-            body += [f"x{n}, ch{n} = jcells(c{n}, Dc{n})" for n in cl.cells]
+            # a cell kept as arrays: its state before the loop, which a replay starts from
+            body += [f"px{n}, ph{n} = x{n}.copy(), ch{n}.copy()" if n in kept else
+                     f"x{n}, ch{n} = jcells(c{n}, Dc{n})" for n in cl.cells]
             its = [f"it{j}" for j in range(len(cl.outer))]  # the iterators' names c<k> are also cells'
             body += ["try:", f"    res = L{cl.index}({', '.join(its + [a for _, _, a in cl.ins])})",
                      "except Exception as err:"]
+            body += [f"    jcells_back(c{n}, px{n}, ph{n}, {not len(r.pdg.rec(n).shape)})" for n in cl.cells if n in kept]
             body += [f"    R{cl.index}({', '.join(its)})", f"    jfault({cl.index}, err)"]
             body += [f"({', '.join(nm for nm, _ in cl.outs)}, ) = res"]
             body += [ln for _, ln in cl.outs if ln is not None]
             for n in cl.cells:
-                body.append(f"jcells_back(c{n}, x{n}, ch{n}, {not len(r.pdg.rec(n).shape)})")
+                if n not in kept:
+                    body.append(f"jcells_back(c{n}, x{n}, ch{n}, {not len(r.pdg.rec(n).shape)})")
             out.append(f"def J{cl.index}({', '.join(its)}):\n" + "".join(f"    {ln}\n" for ln in body))
             replay = render(cl.loop, call_line, 1)  # the loop in Python (its iterators: locals of R)
-            out.append(f"def R{cl.index}({', '.join(cl.outer)}):\n" + "".join(f"{ln}\n" for ln in replay))
+            out.append(f"def R{cl.index}({', '.join(cl.outer)}):\n{INLINED}\n" + "".join(f"{ln}\n" for ln in replay))
         return out
 
     def _fault(self, k, err):
