@@ -254,15 +254,36 @@ def lse3(x, out):
 
 @numba.njit(no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def permutation(k, out):
-    """timerl.ir.rng's permutation draw: the stable argsort of one key's bits (numba compiles its
-    sort in seconds: here once, not in every kernel)."""
+    """timerl.ir.rng's permutation draw: the stable argsort of one key's bits, as an insertion sort
+    of runs of 16 and a bottom-up merge of the (key, index) pairs (the order numpy's stable argsort
+    gives; numba's own argsort took about a second to compile in every process that compiled a
+    shuffle, this half of that)."""
     n = out.shape[0]
-    b = np.empty(n, np.uint64)
+    kb, kd = np.empty(n, np.uint64), np.empty(n, np.uint64)
+    ib, idd = np.empty(n, np.int64), np.empty(n, np.int64)
     for q in range(n):
-        b[q] = mix(mix(k + np.uint64(q) * G) ^ D)
-    p = np.argsort(b, kind="mergesort")
-    for q in range(n):  # not out[:] = p: numba's slice assignment compiles its shape-mismatch message
-        out[q] = p[q]
+        x = mix(mix(k + np.uint64(q) * G) ^ D)
+        j = q  # insertion into the sorted run of 16 it belongs to, after its equal keys
+        while j % 16 != 0 and kb[j - 1] > x:
+            kb[j], ib[j] = kb[j - 1], ib[j - 1]
+            j -= 1
+        kb[j], ib[j] = x, q
+    w = 16
+    while w < n:
+        for lo in range(0, n, 2 * w):
+            mid, hi = min(lo + w, n), min(lo + 2 * w, n)
+            i, j = lo, mid
+            for o in range(lo, hi):  # the left run first among equal keys (stable), without a branch
+                a, b = min(i, mid - 1), min(j, hi - 1)
+                right = (j < hi) & ((i >= mid) | (kb[b] < kb[a]))
+                kd[o] = kb[b] if right else kb[a]
+                idd[o] = ib[b] if right else ib[a]
+                j += right
+                i += 1 - right
+        kb, kd, ib, idd = kd, kb, idd, ib
+        w *= 2
+    for q in range(n):  # not out[:] = ib: numba's slice assignment compiles its shape-mismatch message
+        out[q] = ib[q]
 
 
 # BLAS as intrinsics: inlined where called, nothing compiled per signature (numba's np.dot compiles
