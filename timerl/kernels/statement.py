@@ -53,10 +53,14 @@ from ..ir.ops import Op, broadcast
 from ..ir.ops import nbytes as ops_nbytes
 
 FLOATS = (np.dtype("float32"), np.dtype("float64"))
-#: at least this many multiply-adds, a matmul calls BLAS (gemm inside the kernel); fewer, an
-#: inline loop. Measured here (one thread, float32, us): 8x64x64 inline 6.7 / BLAS 2.1;
-#: 256x64x64 198 / 27.5; 256x64x2 53.6 / 2.9; 8x4x64 1.2 / 1.5; numpy's own matmul 1.6, 26.4,
-#: 2.4, 0.9: BLAS from numba costs what numpy's does, and wins from about 1k multiply-adds
+#: with numba's BLAS (scipy's, called through numba's ``xxgemm`` wrapper: numpy's OpenBLAS not
+#: found), a float matmul of at least this many multiply-adds calls BLAS; fewer, an inline loop.
+#: Measured here (one thread, float32, us): 8x64x64 inline 6.7 / BLAS 2.1; 256x64x64 198 / 27.5;
+#: 256x64x2 53.6 / 2.9; 8x4x64 1.2 / 1.5. numpy's own ``cblas_sgemm`` called from the kernel
+#: (:mod:`timerl.kernels.blas`) wins at every size (2026-12-06, in a numba loop of 20,000 calls,
+#: inline / BLAS: 3x5x1 0.040 / 0.023, 8x4x64 0.18 / 0.05, 8x64x1 0.92 / 0.07, 8x64x2 1.00 / 0.08,
+#: 256x64x1 27.0 / 0.79: the inline loop's sum over k is one chain of dependent adds), and is then
+#: used for every float matmul
 BLAS_MACS = 1024
 #: an elementwise run of more elements is a function of its own (vectorized by LLVM); of at most
 #: this many, inline in the kernel (see Render.elementwise_run)
@@ -413,7 +417,7 @@ class Render:
         else:
             a2 = a if len(sa) == 2 else f"{a}.reshape((1, {k}))"
         b2 = b if len(sb) == 2 else f"{b}.reshape(({k}, 1))"
-        if m * k * nn >= BLAS_MACS:
+        if np.dtype(node.dtype) in FLOATS and m * k * nn and (blas.NUMPY or m * k * nn >= BLAS_MACS):
             # BLAS (numpy's own where found: timerl.kernels.blas); a transposed view passed as its matrix
             # and a flag
             ga, ta = (self.tview[a], "t") if a in self.tview else (a2, "n")
