@@ -42,9 +42,11 @@ def unit(k, e):
     return np.float64(b >> np.uint64(11)) * (1.0 / 9007199254740992.0)
 
 
-@numba.njit(fastmath=False, error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
+@numba.njit(fastmath={"contract"}, error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def tanh32(x):
-    # Eigen's rational tanh for float32 (XLA uses the same): |err| < 3e-7, vectorizes
+    # Eigen's rational tanh for float32 (XLA uses the same): |err| < 3e-7, vectorizes. Its multiply-
+    # adds may fuse (``contract``, as Eigen's own packet code does): 0.44 against 0.64 ns a value in
+    # a 256x64 loop here, the largest error against float64 tanh 2.1e-7 against 2.7e-7
     if x > 7.90531110763549805:
         x = np.float32(7.90531110763549805)
     elif x < -7.90531110763549805:
