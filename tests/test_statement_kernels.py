@@ -82,19 +82,21 @@ def test_the_ops_run_inside_kernels_not_the_interpreter():
     assert "evaluate(" not in exe.source  # no op runs through the generic numpy rule
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_a_square_is_a_product_bit_for_bit_as_numpy_computes_it(dtype):
-    """``x ** 2`` with a constant 2 is ``x * x`` in a kernel: numpy's power gives exactly that (numba's
-    float32 power differs in the last bit for some values), without a call of pow; ``x ** 3`` stays
-    a power."""
-    x = (np.random.default_rng(3).standard_normal((2, 4096)) * np.logspace(-12, 12, 4096)).astype(dtype)
+@pytest.mark.parametrize("backend,dtype", [("numba", "float32"), ("numba", "float64"),
+                                           pytest.param("cuda", "float32", marks=pytest.mark.gpu)])
+def test_a_square_is_a_product_bit_for_bit_as_numpy_computes_it(backend, dtype):
+    """``x ** 2`` with a constant 2 is ``x * x`` in a kernel (the CPU's and CUDA's alike): numpy's power
+    gives exactly that (numba's float32 power differs in the last bit for some values), without a
+    call of pow; ``x ** 3`` stays a power."""
+    size = 4096 if backend == "numba" else 64  # the CUDA simulator runs every thread in Python
+    x = (np.random.default_rng(3).standard_normal((2, size)) * np.logspace(-12, 12, size)).astype(dtype)
 
     def build(i):
         a = tl.tensor(x, domain=(i,), name="a")
         return [a ** 2, (a - 1.0) ** 2.0, a ** 3]
 
     want, _ = _run(build, {"I": 2}, "reference")
-    got, exe = _run(build, {"I": 2}, "numba")
+    got, exe = _run(build, {"I": 2}, backend)
     for k in range(2):
         np.testing.assert_array_equal(got[k][0], x[k] * x[k])
         for g, w in zip(got[k][:2], want[k][:2]):
@@ -119,6 +121,22 @@ def test_random_draws_equal_the_reference_value_for_value():
         np.testing.assert_array_equal(got[k][1], want[k][1])
         np.testing.assert_allclose(got[k][2], want[k][2], rtol=1e-6)
         np.testing.assert_allclose(got[k][3], want[k][3], rtol=1e-13)
+
+
+def test_long_permutations_equal_the_reference_value_for_value():
+    """The kernels' permutation sorts runs of 16 and merges them: lengths past one run, uneven and a
+    power of two, against numpy's stable argsort in the reference executor."""
+    sizes = (17, 100, 1000, 1024)
+
+    def build(i):
+        return [tl.random.permutation(n, domain=(i,)) for n in sizes]
+
+    want, _ = _run(build, {"I": 3}, "reference")
+    got, _ = _run(build, {"I": 3}, "numba")
+    for k in range(3):
+        for n, g, w in zip(sizes, got[k], want[k]):
+            np.testing.assert_array_equal(g, w, err_msg=f"permutation({n}) at i={k}")
+            assert sorted(g.tolist()) == list(range(n))
 
 
 def test_take_out_of_range_inside_a_kernel_names_the_tensor_and_point():

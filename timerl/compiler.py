@@ -37,7 +37,7 @@ from .runtime.executable import Executable, Schedule
 from .runtime.interpreter import Lowering
 from .runtime.reference import ReferenceExecutable
 from .schedule import memory, spill
-from .schedule.model import GROUPS, build_problem, compute_schedule, time_map
+from .schedule.model import GROUPS, build_problem, compute_schedule, streams, time_map
 from .schedule.tree import build_tree
 
 BACKENDS = ("reference", "numpy", "numba", "cuda")
@@ -175,8 +175,8 @@ def fit_budget(prog, pdg, bounds, analysis, seed, backend, plan, grouping, budge
     others = len(tried)
     for g in ((grouping, False) if grouping and len(analysis.live) <= UNGROUPED_MAX else (grouping,)):
         for v in VARIANTS:
-            if (g, v) == (grouping, "default"):
-                continue
+            if (g, v) == (grouping, "default") or v == "no_proximity" and streams(pdg, plan.problem):
+                continue  # tried; a streaming program's default has no proximity already
             try:
                 base = Plan(prog, pdg, bounds, analysis, g, v, times)
             except CompileError:

@@ -37,7 +37,7 @@ import numpy as np
 from ..ir.ops import Op
 from . import cache
 from .cudart import REDUCE_CODE
-from .statement import Render as CpuRender, gathers, operand_index, scalar_template, st
+from .statement import Render as CpuRender, const_operands, gathers, operand_index, scalar_template, st
 
 PRELUDE = """# timerl CUDA statement kernel
 import math
@@ -101,7 +101,7 @@ class Render(CpuRender):
         for n in run:
             node = self.pdg.rec(n)
             args, dts = self.scalar_args(n, inrun, ref)
-            expr = cuda_template(node, dts).format(*args)
+            expr = cuda_template(node, dts, const_operands(self.pdg, n)).format(*args)
             dt = np.dtype(node.dtype)
             t = f"t{self.local[n]}"
             body.append(f"{t} = {_CAST[dt.name]}({expr})" if dt.name in _CAST else f"{t} = ({expr})")
@@ -278,11 +278,11 @@ class Render(CpuRender):
         return "\n".join(head + body) + "\n"
 
 
-def cuda_template(node, in_dtypes):
+def cuda_template(node, in_dtypes, consts=()):
     """The scalar expression of an elementwise node in a CUDA kernel: the registry's template
     (:func:`timerl.kernels.statement.scalar_template`), with CUDA's own ``tanh`` for float32
     (the CPU kernels' rational approximation is a CPU vectorization device)."""
-    t = scalar_template(node, in_dtypes).replace("math.", "M.")  # (cudart.M: IEEE in the simulator too)
+    t = scalar_template(node, in_dtypes, consts).replace("math.", "M.")  # (cudart.M: IEEE in the simulator too)
     return t.replace("tanh32(np.float32(0.5) * {0})", "M.tanh(float32(0.5) * {0})").replace(
         "tanh32({0})", "M.tanh({0})")
 

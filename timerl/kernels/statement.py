@@ -111,9 +111,25 @@ def _ins(pdg, n):
     return [(p, e, pdg.rec(p).shapes[e.out], np.dtype(pdg.rec(p).dtypes[e.out])) for p, e in pdg.inputs(n)]
 
 
-def scalar_template(node, in_dtypes):
-    """The scalar expression of an elementwise node over its operands, or None."""
+def const_operands(pdg, n):
+    """Per operand of node ``n``: the value of a constant without dims, else None."""
+    return [pdg.rec(p).attrs["value"] if pdg.rec(p).op is Op.CONST and not pdg.rec(p).domain else None
+            for p, _ in pdg.inputs(n)]
+
+
+def _two(v) -> bool:
+    return v is not None and np.size(v) > 0 and bool(np.all(np.asarray(v) == 2))
+
+
+def scalar_template(node, in_dtypes, consts=()):
+    """The scalar expression of an elementwise node over its operands, or None. ``consts``: the
+    operands' constant values (:func:`const_operands`) where the expression depends on them: a float
+    ``x ** 2`` is ``x * x``, which is numpy's power bit for bit (numba's float32 power is not) and
+    needs no call of ``pow`` (PPO's value loss: 20-40 ns a value, not vectorized)."""
     op, fn, dt = node.op, node.attrs.get("fn"), np.dtype(node.dtype)
+    if op is Op.BINARY and fn == "pow" and dt in FLOATS and in_dtypes[0] == dt and len(consts) == 2 \
+            and _two(consts[1]):
+        return "({0} * {0})"
     if op is Op.UNARY or op is Op.BINARY:
         floats = dt in FLOATS and all(d == dt for d in in_dtypes)
         if fn == "tanh" and floats and dt == np.float32:
@@ -362,7 +378,7 @@ class Render:
             node = self.pdg.rec(n)
             args, dts = self.scalar_args(n, inrun, ref)
             t = f"t{self.local[n]}"
-            expr = (f"({args[0]} * {args[0]})" if self.squares(n) else scalar_template(node, dts).format(*args))
+            expr = scalar_template(node, dts, const_operands(self.pdg, n)).format(*args)
             dt = np.dtype(node.dtype)
             self.emit(f"{t} = {'np.bool_' if dt == np.bool_ else 'np.' + dt.name}({expr})", depth)
             inrun[n] = t
@@ -401,18 +417,6 @@ class Render:
             ln for _, body in group for ln in body]
         self.emit(f"{name}({', '.join(params)})")
         group.clear()
-
-    def squares(self, n):
-        """Whether node ``n`` is a float ``x ** 2`` with a constant 2: then ``x * x``, which is what
-        numpy's power gives bit for bit (numba's float32 power is not), without a call of ``pow``
-        (a value loss's square: 20-40 ns a value, not vectorized)."""
-        node = self.pdg.rec(n)
-        if node.op is not Op.BINARY or node.attrs.get("fn") != "pow" or np.dtype(node.dtype) not in FLOATS:
-            return False
-        (pa, ea), (pb, _) = self.pdg.inputs(n)
-        b = self.pdg.rec(pb)
-        return (np.dtype(self.pdg.rec(pa).dtypes[ea.out]) == np.dtype(node.dtype) and b.op is Op.CONST
-                and not b.domain and np.size(b.attrs["value"]) > 0 and bool(np.all(b.attrs["value"] == 2)))
 
     def matmul(self, n):
         node = self.pdg.rec(n)

@@ -34,7 +34,7 @@ from ..ir.ops import Op, Slice
 from ..ir.polyhedral import fmt_point
 from ..ir.semantics import BINARY, UNARY, evaluate
 from ..kernels import cpu, statement
-from ..schedule.tree import Guard, Loop, Seq, outer_loops, render, ticked, trip_count, walk
+from ..schedule.tree import iterators, outer_loops, render, ticked, trip_count, walk
 from .checks import checks_finite, finite, nonfinite_fault
 from .loops import INLINED
 from .lowered import lower
@@ -124,17 +124,6 @@ class SlotStore:
 
     def clear(self):
         self._drop()
-
-
-def _iterators(tree) -> set:
-    """The names of the loop iterators of a schedule tree."""
-    if isinstance(tree, Loop):
-        return {tree.it} | _iterators(tree.body)
-    if isinstance(tree, Guard):
-        return _iterators(tree.then) | (set() if tree.other is None else _iterators(tree.other))
-    if isinstance(tree, Seq):
-        return set().union(*(_iterators(c) for c in tree.children))
-    return set()
 
 
 class Render:
@@ -535,13 +524,15 @@ class Render:
         nl = ", ".join(["live", "peak"] + sorted(self._assigned))
         return f"def {name}({args}):\n    nonlocal {nl}\n" + "".join(f"    {ln}\n" for ln in body)
 
-    def free_fn(self, n):
+    def free_body(self, n):
+        """The lines of the free of ``n`` at the point ``d_<dim>`` (``self._assigned``: what they
+        assign); ``pass`` for a value computed inside a kernel and never stored."""
         self._assigned = set()
-        node = self.pdg.rec(n)
-        args = ", ".join(f"d_{d.name}" for d in node.domain)
-        if n not in self.stored:  # computed inside a kernel and never stored
-            return f"def F{n}({args}):\n    pass\n"
-        return self._fn(f"F{n}", args, self.free(n, self.key(node.domain)))
+        return self.free(n, self.key(self.pdg.rec(n).domain)) if n in self.stored else ["pass"]
+
+    def free_fn(self, n):
+        body = self.free_body(n)
+        return self._fn(f"F{n}", ", ".join(f"d_{d.name}" for d in self.pdg.rec(n).domain), body)
 
     def inline_free(self, c, iters, inlined):
         """The lines of free call ``c`` written where it runs (in ``run`` or a replay), instead of a
@@ -549,16 +540,13 @@ class Render:
         call costs more than the test and decrement it runs. Adds the names it assigns to
         ``inlined``. None (call the function) for a cell whose list's name is a loop iterator's."""
         n = c.ident
-        if n not in self.stored:
-            return ["pass"]
         if n in self.cells and f"c{n}" in iters:
             return None
-        node = self.pdg.rec(n)
-        self._assigned = set()
-        body = self.free(n, self.key(node.domain))
+        body = self.free_body(n)
         inlined |= self._assigned
         text = "\n".join(body)
-        return [f"d_{d.name} = {a}" for d, a in zip(node.domain, c.args) if re.search(rf"\bd_{d.name}\b", text)] + body
+        return [f"d_{d.name} = {a}" for d, a in zip(self.pdg.rec(n).domain, c.args)
+                if re.search(rf"\bd_{d.name}\b", text)] + body
 
     def swap_fns(self, n):
         """The swap statements of spilled node ``n`` (:mod:`timerl.schedule.spill`): swap-out per
@@ -591,7 +579,7 @@ class Render:
         fns += [f for n in sorted(self.spills) for f in self.swap_fns(n)]
 
         tree = ticked(self.low.tree)
-        iters, inlined = _iterators(tree), {"live", "peak"}
+        iters, inlined = iterators(tree), {"live", "peak"}
 
         def call_line(c):
             if c.kind == "tick":  # progress: once per iteration of the outermost loops, when asked for
@@ -602,7 +590,7 @@ class Render:
                     return "\n".join(lines)
             return f"{self.CALLS[c.kind]}{c.ident}({', '.join(c.args)})"
 
-        self.loops, self.declined, lc, kept = [], [], None, {}
+        self.loops, self.declined, lc, kept = [], [], None, set()
         if self.backend == "numba" and self.compile_loops and config.compile_loops:
             from .loops import LoopCompiler  # noqa: PLC0415 - imports this module
 
@@ -630,11 +618,11 @@ class Render:
                   f"def drop_slots():\n{nl}" + "".join(f"    {v} = None\n" for v in slots)
                   + "".join(f"    {c} = 0\n" for c in counts)
                   + "".join(f"    {c}[:] = [None] * {k}\n" for c, k in cells)
-                  + "".join(f"    ch{n}[:] = False\n" for n in kept) + "    return None\n"
+                  + "".join(f"    ch{n}[:] = False\n" for n in sorted(kept)) + "    return None\n"
                   "def held():\n    return " + " + ".join(["0"] + held) + "\n" + self.extra_fns())
         head = "def make():\n    live = 0\n    peak = 0\n" + "".join(f"    {v} = None\n" for v in slots) + \
             "".join(f"    {c} = 0\n" for c in counts) + "".join(f"    {c} = [None] * {k}\n" for c, k in cells) + \
-            "".join(f"    x{n}, ch{n} = {new}\n" for n, new in kept.items())
+            "".join(f"    x{n}, ch{n} = jcells(c{n}, Dc{n})\n" for n in sorted(kept))
         return head + "".join("    " + ln + "\n" for ln in inner.splitlines()) + \
             "    return run, mem, reset, held, drop_slots\n"
 

@@ -414,17 +414,13 @@ class LoopCompiler:
 
     def kept_cells(self, body, fns, tree):
         """The cells only compiled loops read and write, kept as their arrays for the whole run
-        (``x<n>``, ``ch<n>``; ``{n: the line allocating them}``): no list built and read back
+        (``x<n>``, ``ch<n>``): no list built and read back
         around each call of a loop (0.3 ms of an iteration of CartPole PPO, whose acting and
         return loops hold four). A cell that ``run`` or a statement or free it calls touches
         stays a list converted around each call."""
         called = {f"{self.r.CALLS[c.kind]}{c.ident}" for c in walk(tree) if c.kind in self.r.CALLS}
         text = "\n".join(body + [f for f in fns if f[4:f.index("(")] in called])
-        out = {}
-        for n in sorted({n for cl in self.loops for n in cl.cells}):
-            if not re.search(rf"\bc{n}\b", text):
-                out[n] = f"jcells(c{n}, Dc{n})"
-        return out
+        return {n for cl in self.loops for n in cl.cells if not re.search(rf"\bc{n}\b", text)}
 
     def wrappers(self, call_line, kept=()):
         """The Python functions ``J<k>`` that call each compiled loop (inside the rendered

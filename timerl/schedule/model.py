@@ -146,12 +146,13 @@ _OPTIONS = {
 }
 
 
-def _isl_schedule(domain, deps, variant):
-    """isl's own scheduler (Pluto-like, proximity = dependences); None if it finds none."""
+def _isl_schedule(domain, deps, proximity=True):
+    """isl's own scheduler (Pluto-like; ``proximity``: minimise the dependences' distances); None if it
+    finds none."""
     sc = isl.ScheduleConstraints.on_domain(domain)
     if deps is not None:
         sc = sc.set_validity(deps)
-        if variant != "no_proximity":
+        if proximity:
             sc = sc.set_proximity(deps)
     try:
         return sc.compute_schedule()
@@ -173,7 +174,7 @@ def _project(x, pos, tuple_names):
     return x
 
 
-def _split_outer(prog, problem, variant):
+def _split_outer(prog, problem, proximity=True):
     """The schedule with the program's outermost dim (the training iteration) as the outer loop.
 
     isl's scheduler works on concrete bounds here, and its cost grows erratically with them:
@@ -233,7 +234,7 @@ def _split_outer(prog, problem, variant):
         if not m.is_empty():
             inner_deps.append(_project(m, pos, looped))
     inner_dom = _union([_project(st, pos, looped) for st in sets.values()], isl.UnionSet)
-    inner = _isl_schedule(inner_dom, _union(inner_deps, isl.UnionMap) if inner_deps else None, variant)
+    inner = _isl_schedule(inner_dom, _union(inner_deps, isl.UnionMap) if inner_deps else None, proximity)
     if inner is None:
         return None
     pre = params_decl(prog)
@@ -279,24 +280,23 @@ def _schedule_once(prog, problem, variant, whole=True, stream=False):
     the clusters. The clustering leaves the acting loop and the per-step learner in two loops
     (it does not merge a cluster that needs a shift, here the n - 1 steps an n-step return waits);
     scheduled whole, isl finds the shifted fusion and the learner runs n - 1 steps behind acting.
-    A whole component is scheduled with validity alone (the default variant as ``no_proximity``):
-    with the proximity objective isl's search on it did not end (n-step REINFORCE on the compiled
-    trivial env at 512 x 250 and 3 or more iterations: over ten minutes for the one-iteration
-    problem, which validity alone schedules in 0.01 s; at 2 iterations, 1.4 s and 0.01 s), and the
-    schedule it finds keeps the same fusion (the same planned peak and speed, measured at 2
-    iterations, where both finish)."""
-    if stream and variant == "default":
-        variant = "no_proximity"
+    A whole component is scheduled with validity alone, in every variant: with the proximity
+    objective isl's search on it did not end (n-step REINFORCE on the compiled trivial env at
+    512 x 250 and 3 or more iterations: over ten minutes for the one-iteration problem, which
+    validity alone schedules in 0.01 s; at 2 iterations, 1.4 s and 0.01 s), and the schedule it
+    finds keeps the same fusion (the same planned peak and speed, measured at 2 iterations, where
+    both finish)."""
+    proximity = variant != "no_proximity" and not stream
     ctx = isl.DEFAULT_CONTEXT
     saved = []
     for opt, val in _OPTIONS[variant] + ((("schedule_whole_component", 1),) if stream else ()):
         saved.append((opt, getattr(ctx, f"get_{opt}")()))
         getattr(ctx, f"set_{opt}")(val)
     try:
-        sched = _split_outer(prog, problem, variant)
+        sched = _split_outer(prog, problem, proximity)
         problem.split = sched is not None
         if sched is None and whole:
-            sched = _isl_schedule(problem.domain, problem.deps, variant)
+            sched = _isl_schedule(problem.domain, problem.deps, proximity)
     finally:
         for opt, val in saved:
             getattr(ctx, f"set_{opt}")(val)
@@ -421,14 +421,20 @@ class _OutOfBudget(Exception):
     pass
 
 
+def streams(pdg, problem) -> bool:
+    """Whether the program learns while it acts (statements the ``incrementalize`` pass kept per
+    step): :func:`_schedule_once` then schedules whole components, without proximity in every
+    variant (so ``no_proximity`` is the default variant there)."""
+    return any(pdg.nodes[n].get(STREAM) for g in problem.groups for n in g.members if n in pdg)
+
+
 def compute_schedule(prog, pdg, problem: Problem, variant="default") -> isl.Schedule:
     """isl's schedule for the problem; a ``tl.CompileError`` naming the tensors if none exists.
 
     When the grouping has none, :func:`refine` looks for finer groups that split only the
     joins that tie instances needing different orders; ``problem`` then holds those groups.
     """
-    stream = any(pdg.nodes[n].get(STREAM) for g in problem.groups for n in g.members if n in pdg)
-    sched = _schedule_once(prog, problem, variant, stream=stream)
+    sched = _schedule_once(prog, problem, variant, stream=streams(pdg, problem))
     if sched is None and problem.regroup is not None:
         found = refine(prog, problem, variant)
         if found is not None:

@@ -191,6 +191,17 @@ def walk(tree):
             yield from walk(tree.other)
 
 
+def iterators(tree) -> set:
+    """The names of the loop iterators of the tree."""
+    if isinstance(tree, Loop):
+        return {tree.it} | iterators(tree.body)
+    if isinstance(tree, Seq):
+        return set().union(*(iterators(c) for c in tree.children))
+    if isinstance(tree, Guard):
+        return iterators(tree.then) | (iterators(tree.other) if tree.other is not None else set())
+    return set()
+
+
 def top_level(tree) -> list:
     """The statements at the top of the tree, nested sequences flattened (isl's AST nests blocks)."""
     if not isinstance(tree, Seq):
