@@ -60,6 +60,24 @@ def test_a_recurrence_runs_as_a_compiled_loop_with_the_interpreters_values_and_b
     assert exe.stats["peak_bytes"] == plain.stats["peak_bytes"] > 0  # live bytes counted alike
 
 
+def test_values_written_and_freed_inside_one_loop_call_stay_inside_it():
+    """The loop over t returns only what is read after it (LoopCompiler._locals): the values
+    its own statements write, read and free at the same i stay in the function; after the run the
+    program holds as many values as the interpreter's, and the same bytes."""
+    exe, got = _recurrence(J, True)
+    (cl,) = exe.stats["compiled_loops"]
+    assert cl["inside"] > 0
+    exe.run()
+    with tl.config.override(compile_loops=False):
+        plain, want = _recurrence(J, True)
+    plain.run()
+    slots = [len(s) for s in (exe._stores[-1], plain._stores[-1])]
+    assert slots[0] == slots[1]
+    assert exe._mem() == plain._mem()
+    for k in range(2):
+        np.testing.assert_array_equal(got[k], want[k])
+
+
 def test_a_kernel_fault_inside_a_compiled_loop_names_the_tensor_and_point():
     """The take at i = 1, t = 3 reads index 9 of 4: the compiled loop stops, the interpreter runs it
     again and raises its own fault, and nothing the sink had received is lost."""

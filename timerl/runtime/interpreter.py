@@ -1024,7 +1024,8 @@ class Lowering:
         r = renderer(self.mode, self.backend)(self.prog, self.pdg, self.bounds, self.seed, low, self.backend)
         out = r.build()
         self.kernels, self.ns = r.kernels, r.ns
-        self.compiled_loops = [{"iterator": cl.iterator, "statements": cl.statements} for cl in r.loops]
+        self.compiled_loops = [{"iterator": cl.iterator, "statements": cl.statements, "inside": len(cl.inside)}
+                               for cl in r.loops]
         self.interpreted_loops = list(r.declined)
         return out
 

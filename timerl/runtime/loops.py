@@ -41,12 +41,14 @@ import sys
 
 import numba
 import numpy as np
+import sympy
 
 from ..config import config
 from ..errors import RuntimeFault
 from ..ir.ops import Op
 from ..kernels import cpu
 from ..schedule.tree import Call, Guard, Loop, Seq, render, walk
+from . import jhelp
 
 def _tup(items) -> str:
     """A tuple expression of ``items``: concatenated tuples of at most 24 (CPython builds a longer
@@ -213,8 +215,10 @@ class JitHooks:
         return f"r[{j}]"
 
     def kernel_call(self, step, own, args, info):
-        call = f"K{step.node}({', '.join(args)})" if len(args) <= 24 else f"K{step.node}(*({_tup(args)}))"
-        return [f"r = {call}"]  # a kernel's exception ends the loop (replayed: LoopCompiler.wrappers)
+        # through the kernel's address, not its name: its code is not compiled again in the loop's
+        # (jhelp.kcall); a kernel's exception ends the loop (replayed: LoopCompiler.wrappers)
+        ka = self.sym(f"ka{step.node}", jhelp.address(self.ns[f"K{step.node}"]))
+        return [f"r = kcall({ka}, KT{step.node}, {_tup(args)})"]
 
     # each step's value in its own variable: numba types a name once over the whole function, and
     # ``o`` and ``r`` hold values of every type the loop computes
@@ -253,6 +257,7 @@ class CompiledLoop:
     src: str
     sig: tuple
     loop: Loop  # the schedule's loop, run by the interpreter when the compiled one raises
+    inside: list = dataclasses.field(default_factory=list)  # the slots it does not return (LoopCompiler._locals)
 
 
 def _jin(v, dummy):
@@ -290,10 +295,13 @@ class LoopCompiler:
         self.jr = jr
         r._jstmts = {s.gid: s for s in r.low.statements}
         self.loops, self.declined = [], []
+        self._root, self._local = None, set()
         r.ns.update(jin=_jin, jcells=_jcells, jcells_back=_jcells_back, jfault=self._fault)
 
     def tree(self, tree, outer=()):
         """``tree`` with each compilable loop replaced by a ``jit`` call of its function."""
+        if not outer and self._root is None:
+            self._root = tree
         if isinstance(tree, Loop):
             why = self._try(tree, outer)
             if why is None:
@@ -328,9 +336,12 @@ class LoopCompiler:
             lines = render(loop, jr.jit_call, 1)
         except NotCompiled as err:
             return str(err)
-        if len(lines) > MAX_LINES:
-            return (f"its body has {len(lines)} lines, more than {MAX_LINES} (numba's compile time grows faster than "
-                    "a function's length: PPO's learner loop of 1,734 lines took 75 s)")
+        limit = config.loop_lines or MAX_LINES
+        if len(lines) > limit:
+            return (f"its body has {len(lines)} lines, more than {limit} (numba's compile time grows faster than "
+                    "a function's length: PPO's learner loop of 1,734 lines takes about 65 s; TIMERL_LOOP_LINES "
+                    "raises the limit)")
+        self._local = self._locals(loop, outer, calls)
         try:
             cl = self._source(loop, outer, lines, sorted({s.gid for s in stmts}))
             fn = self._load(cl)
@@ -339,6 +350,67 @@ class LoopCompiler:
         r.ns[f"L{cl.index}"] = fn
         self.loops.append(cl)
         return None
+
+    def _locals(self, loop, outer, calls):
+        """The slots a call of ``loop`` writes and frees within itself: each point written by one
+        call is read and freed by the same call (the statements that write, read and free it run
+        at the same value of every iterator around the loop), so no statement after the loop
+        reads a value of theirs. Their values are not returned, only their flags: an array
+        returned by the loop is live through the whole function, and LLVM's SROA over a loop of a
+        few hundred such values took most of its compile (PPO's learner loop on CartPole: 151 s
+        with them and its kernels linked in, 65 s without either)."""
+        r = self.r
+        owner = {st.node: s for s in r.low.statements for st in s.steps}
+        owner.update({m: s for s in r.low.statements for st in s.steps for m in st.members})
+        inside, ids = {c.ident for c in calls if c.kind == "exec"}, {id(c) for c in calls}
+        args = {}  # gid -> {dim name: its argument} of the statements this loop executes
+        for c in calls:
+            if c.kind == "exec":
+                dom = r._jstmts[c.ident].domain
+                got = {d.name: a for d, a in zip(dom, c.args)}
+                if args.setdefault(c.ident, got) != got:
+                    args[c.ident] = None  # executed at two places with other arguments: not compared
+        frees = {}
+        for c in walk(self._root):
+            if c.kind == "free":
+                frees.setdefault(c.ident, []).append(c)
+        tails = {}
+        for s in r.low.statements:
+            for n, at in s.tails:
+                tails.setdefault(n, []).append((s.gid, at))
+        out = set()
+        for n in r.slots:
+            w = owner.get(n)
+            if w is None or w.gid not in inside or args.get(w.gid) is None or n not in r.stored:
+                continue
+            node = r.pdg.rec(n)
+            if {d.name for d in node.domain} != set(args[w.gid]):
+                continue
+            # the dims of n at an iterator around the loop, each at that iterator alone
+            fixed = {d: a for d, a in args[w.gid].items() if a in outer}
+            if set(fixed.values()) != set(outer):
+                continue
+            ok = bool(frees.get(n) or tails.get(n))
+            for c in frees.get(n, []):  # every free of n in this loop, at the writer's iterators
+                ok = ok and id(c) in ids and all(
+                    a == fixed[d.name] for d, a in zip(node.domain, c.args) if d.name in fixed)
+            for g, at in tails.get(n, []):
+                ok = ok and at is None and g in inside and args.get(g) is not None and all(
+                    args[g].get(d) == a for d, a in fixed.items())
+            for m, e in r.pdg.consumers(n):
+                rd = owner.get(m)
+                ok = ok and rd is not None and rd.gid in inside and args.get(rd.gid) is not None
+                if not ok:
+                    break
+                names = {d.name: d for d in rd.domain}
+                for j, d in enumerate(node.domain):
+                    if d.name in fixed:
+                        ix = e.index[j] if j < len(e.index) else None
+                        ok = ok and d.name in names and args[rd.gid].get(d.name) == fixed[d.name] and \
+                            ix is not None and sympy.sympify(ix) == names[d.name].e
+            if ok:
+                out.add(n)
+        return out
 
     def _state(self):
         """The loop's parameters ``(name, numba type, Python expression of the argument)`` and what
@@ -356,7 +428,11 @@ class LoopCompiler:
                 ins.append((f"v{n}", _nbty(node.dtype, max(nd, 1)), f"jin(v{n}, {d})"))
                 if how - {"r"}:
                     ins.append((f"h{n}", numba.boolean, f"v{n} is not None"))
-                if "w" in how:
+                if n in self._local and "w" in how and "d" in how:
+                    # held at exit only when never read again (the last point of a recurrence the
+                    # program ends after): a stand-in keeps it counted as held, as the interpreter does
+                    outs.append((f"h{n}", f"v{n} = {d} if h{n} else None"))
+                elif "w" in how:
                     outs += [(f"v{n}", None), (f"h{n}", f"v{n} = {f'v{n}.reshape(())' if zero else f'v{n}'} if h{n} else None")]
                 elif "d" in how:
                     outs.append((f"h{n}", f"v{n} = v{n} if h{n} else None"))
@@ -380,19 +456,20 @@ class LoopCompiler:
         for nm in consts:
             t = numba.typeof(r._jconst[nm])
             ins.append((nm, t, nm))
-        kids = sorted(set(re.findall(r"\bK\d+\b", text)), key=lambda k: int(k[1:]))
+        kids = sorted({int(k) for k in re.findall(r"\bKT(\d+)\b", text)})
         state = _tup([nm for nm, _ in outs])
-        imports = [f"{k} = sys.modules[{cpu.module_name(r.kernels[k])!r}].kernel" for k in kids]
+        imports = [f"KT{k} = signature(sys.modules[{cpu.module_name(r.kernels[f'K{k}'])!r}].kernel)" for k in kids]
         params = list(outer) + [nm for nm, _, _ in ins]
         src = "\n".join([
             f"# timerl compiled loop over {loop.it}: statements {', '.join(f'S{g}' for g in gids)}",
-            "import sys", "import numpy as np", "import numba", "from timerl.runtime.jhelp import put", *imports,
+            "import sys", "import numpy as np", "import numba", "from timerl.runtime.jhelp import kcall, put, signature", *imports,
             "", "",
             '@numba.njit(cache=True, error_model="numpy", boundscheck=False)',
             f"def loop({', '.join(params)}):", text, f"    return {state}", ""])
         sig = tuple([numba.int64] * len(outer) + [t for _, t, _ in ins])
         cells = [n for n, (kind, _) in sorted(r._jstate.items()) if kind == "cell"]
-        return CompiledLoop(len(self.loops), loop.it, tuple(outer), gids, cells, ins, outs, src, sig, loop)
+        inside = sorted(n for n in self._local if n in r._jstate and {"w", "d"} <= r._jstate[n][1])
+        return CompiledLoop(len(self.loops), loop.it, tuple(outer), gids, cells, ins, outs, src, sig, loop, inside)
 
     @staticmethod
     def _load(cl):
