@@ -61,7 +61,7 @@ def test_a_recurrence_runs_as_a_compiled_loop_with_the_interpreters_values_and_b
 
 
 def test_values_written_and_freed_inside_one_loop_call_stay_inside_it():
-    """The loop over t returns only what is read after it (LoopCompiler._locals): the values
+    """The loop over t returns only what is read after it (LoopCompiler._inside): the values
     its own statements write, read and free at the same i stay in the function; after the run the
     program holds as many values as the interpreter's, and the same bytes."""
     exe, got = _recurrence(J, True)

@@ -45,7 +45,7 @@ import sympy
 
 from ..config import config
 from ..errors import RuntimeFault
-from ..ir.ops import Op
+from ..ir.ops import Op, Slice
 from ..kernels import cpu
 from ..schedule.tree import Call, Guard, Loop, Seq, render, walk
 from . import jhelp
@@ -257,7 +257,7 @@ class CompiledLoop:
     src: str
     sig: tuple
     loop: Loop  # the schedule's loop, run by the interpreter when the compiled one raises
-    inside: list = dataclasses.field(default_factory=list)  # the slots it does not return (LoopCompiler._locals)
+    inside: list = dataclasses.field(default_factory=list)  # the slots it does not return (LoopCompiler._inside)
 
 
 def _jin(v, dummy):
@@ -295,13 +295,13 @@ class LoopCompiler:
         self.jr = jr
         r._jstmts = {s.gid: s for s in r.low.statements}
         self.loops, self.declined = [], []
-        self._root, self._local = None, set()
+        self._facts = None  # (owner, frees, tails) of the whole program: LoopCompiler._program_facts
         r.ns.update(jin=_jin, jcells=_jcells, jcells_back=_jcells_back, jfault=self._fault)
 
     def tree(self, tree, outer=()):
         """``tree`` with each compilable loop replaced by a ``jit`` call of its function."""
-        if not outer and self._root is None:
-            self._root = tree
+        if self._facts is None:
+            self._facts = self._program_facts(tree)
         if isinstance(tree, Loop):
             why = self._try(tree, outer)
             if why is None:
@@ -341,9 +341,9 @@ class LoopCompiler:
             return (f"its body has {len(lines)} lines, more than {limit} (numba's compile time grows faster than "
                     "a function's length: PPO's learner loop of 1,734 lines takes about 65 s; TIMERL_LOOP_LINES "
                     "raises the limit)")
-        self._local = self._locals(loop, outer, calls)
+        inside = self._inside(outer, calls)
         try:
-            cl = self._source(loop, outer, lines, sorted({s.gid for s in stmts}))
+            cl = self._source(loop, outer, lines, sorted({s.gid for s in stmts}), inside)
             fn = self._load(cl)
         except Exception as err:  # noqa: BLE001 - numba's typing: the loop stays interpreted, reported
             return f"numba could not compile it: {type(err).__name__}: {str(err).splitlines()[0][:200]}"
@@ -351,68 +351,63 @@ class LoopCompiler:
         self.loops.append(cl)
         return None
 
-    def _locals(self, loop, outer, calls):
-        """The slots a call of ``loop`` writes and frees within itself: each point written by one
-        call is read and freed by the same call (the statements that write, read and free it run
-        at the same value of every iterator around the loop), so no statement after the loop
-        reads a value of theirs. Their values are not returned, only their flags: an array
-        returned by the loop is live through the whole function, and LLVM's SROA over a loop of a
-        few hundred such values took most of its compile (PPO's learner loop on CartPole: 151 s
-        with them and its kernels linked in, 65 s without either)."""
-        r = self.r
-        owner = {st.node: s for s in r.low.statements for st in s.steps}
-        owner.update({m: s for s in r.low.statements for st in s.steps for m in st.members})
-        inside, ids = {c.ident for c in calls if c.kind == "exec"}, {id(c) for c in calls}
-        args = {}  # gid -> {dim name: its argument} of the statements this loop executes
-        for c in calls:
-            if c.kind == "exec":
-                dom = r._jstmts[c.ident].domain
-                got = {d.name: a for d, a in zip(dom, c.args)}
-                if args.setdefault(c.ident, got) != got:
-                    args[c.ident] = None  # executed at two places with other arguments: not compared
-        frees = {}
-        for c in walk(self._root):
-            if c.kind == "free":
-                frees.setdefault(c.ident, []).append(c)
-        tails = {}
-        for s in r.low.statements:
+    def _program_facts(self, tree):
+        """What :meth:`_inside` asks of the whole program, once: the statement of each node, each
+        node's free calls in ``tree`` and its frees at the tail of a statement ``(gid, point)``."""
+        owner, frees, tails = {}, {}, {}
+        for s in self.r.low.statements:
+            for st in s.steps:
+                owner.update({m: s for m in (st.node, *st.members)})
             for n, at in s.tails:
                 tails.setdefault(n, []).append((s.gid, at))
-        out = set()
-        for n in r.slots:
-            w = owner.get(n)
-            if w is None or w.gid not in inside or args.get(w.gid) is None or n not in r.stored:
+        for c in walk(tree):
+            if c.kind == "free":
+                frees.setdefault(c.ident, []).append(c)
+        return owner, frees, tails
+
+    def _inside(self, outer, calls):
+        """The slots a call of the loop of ``calls`` writes, reads and frees within itself: the
+        statements that write one, every reader (the PDG's edges read it at their own point along
+        the dims at ``outer``'s iterators) and every free run in the loop at the same value of each
+        iterator around it, so no statement after the loop reads a value of theirs. Their values
+        are not returned, only their flags: an array returned by the loop is live through the
+        whole function, and LLVM's SROA over a loop of a few hundred such values took most of its
+        compile (PPO's learner loop on CartPole: 151 s with them and its kernels linked in, 65 s
+        without either)."""
+        r, (owner, frees, tails) = self.r, self._facts
+        ids = {id(c) for c in calls}
+        at = {}  # gid -> {dim name: its argument} of the statements the loop executes, None if at two
+        for c in calls:
+            if c.kind == "exec":
+                got = {d.name: a for d, a in zip(r._jstmts[c.ident].domain, c.args)}
+                at[c.ident] = got if at.get(c.ident, got) == got else None
+
+        def same_call(gid, fixed):  # statement gid runs in the loop at the writer's outer iterators
+            return at.get(gid) is not None and all(at[gid].get(d) == a for d, a in fixed.items())
+
+        out = []
+        for n in sorted(r.slots):
+            w, node = owner.get(n), r.pdg.rec(n)
+            if w is None or n not in r.stored or at.get(w.gid) is None or \
+                    {d.name for d in node.domain} != set(at[w.gid]):
                 continue
-            node = r.pdg.rec(n)
-            if {d.name for d in node.domain} != set(args[w.gid]):
+            fixed = {d: a for d, a in at[w.gid].items() if a in outer}  # the dims at an outer iterator
+            if set(fixed.values()) != set(outer) or not (frees.get(n) or tails.get(n)):
                 continue
-            # the dims of n at an iterator around the loop, each at that iterator alone
-            fixed = {d: a for d, a in args[w.gid].items() if a in outer}
-            if set(fixed.values()) != set(outer):
-                continue
-            ok = bool(frees.get(n) or tails.get(n))
-            for c in frees.get(n, []):  # every free of n in this loop, at the writer's iterators
-                ok = ok and id(c) in ids and all(
-                    a == fixed[d.name] for d, a in zip(node.domain, c.args) if d.name in fixed)
-            for g, at in tails.get(n, []):
-                ok = ok and at is None and g in inside and args.get(g) is not None and all(
-                    args[g].get(d) == a for d, a in fixed.items())
+            ok = all(id(c) in ids and all(a == fixed[d.name] for d, a in zip(node.domain, c.args) if d.name in fixed)
+                     for c in frees.get(n, []))
+            ok = ok and all(p is None and same_call(g, fixed) for g, p in tails.get(n, []))
             for m, e in r.pdg.consumers(n):
                 rd = owner.get(m)
-                ok = ok and rd is not None and rd.gid in inside and args.get(rd.gid) is not None
-                if not ok:
-                    break
-                names = {d.name: d for d in rd.domain}
-                for j, d in enumerate(node.domain):
-                    if d.name in fixed:
-                        ix = e.index[j] if j < len(e.index) else None
-                        ok = ok and d.name in names and args[rd.gid].get(d.name) == fixed[d.name] and \
-                            ix is not None and sympy.sympify(ix) == names[d.name].e
+                dims = {d.name: d for d in rd.domain} if rd is not None else {}
+                ok = ok and rd is not None and same_call(rd.gid, fixed) and len(e.index) == len(node.domain) and all(
+                    d.name in dims and not isinstance(ix, Slice) and sympy.sympify(ix) == dims[d.name].e
+                    for ix, d in zip(e.index, node.domain) if d.name in fixed)
             if ok:
-                out.add(n)
+                out.append(n)
         return out
 
-    def _state(self):
+    def _state(self, inside=()):
         """The loop's parameters ``(name, numba type, Python expression of the argument)`` and what
         it returns ``(name, Python line storing it back)``: a value only read goes in alone; a slot
         or block array the loop assigns also comes back with its flags; cells are one array and
@@ -425,10 +420,11 @@ class LoopCompiler:
             nd, zero = len(node.shape), not len(node.shape)
             if kind == "slot":
                 d = r.sym(f"Dv{n}", np.empty((0,) * max(nd, 1), node.dtype))
-                ins.append((f"v{n}", _nbty(node.dtype, max(nd, 1)), f"jin(v{n}, {d})"))
+                # a value kept inside is never read before the loop writes it: its dummy goes in
+                ins.append((f"v{n}", _nbty(node.dtype, max(nd, 1)), d if n in inside else f"jin(v{n}, {d})"))
                 if how - {"r"}:
                     ins.append((f"h{n}", numba.boolean, f"v{n} is not None"))
-                if n in self._local and "w" in how and "d" in how:
+                if n in inside:
                     # held at exit only when never read again (the last point of a recurrence the
                     # program ends after): a stand-in keeps it counted as held, as the interpreter does
                     outs.append((f"h{n}", f"v{n} = {d} if h{n} else None"))
@@ -448,10 +444,11 @@ class LoopCompiler:
                     outs += [(f"b{n}", None), (f"hb{n}", f"b{n} = b{n} if hb{n} else None"), (f"bn{n}", None)]
         return ins, outs
 
-    def _source(self, loop, outer, lines, gids):
+    def _source(self, loop, outer, lines, gids, inside):
         r = self.r
         text = "\n".join(lines)
-        ins, outs = self._state()
+        inside = [n for n in inside if n in r._jstate]  # those the loop uses (it writes and frees them)
+        ins, outs = self._state(set(inside))
         consts = sorted(nm for nm in r._jconst if re.search(rf"\b{re.escape(nm)}\b", text))
         for nm in consts:
             t = numba.typeof(r._jconst[nm])
@@ -468,7 +465,6 @@ class LoopCompiler:
             f"def loop({', '.join(params)}):", text, f"    return {state}", ""])
         sig = tuple([numba.int64] * len(outer) + [t for _, t, _ in ins])
         cells = [n for n, (kind, _) in sorted(r._jstate.items()) if kind == "cell"]
-        inside = sorted(n for n in self._local if n in r._jstate and {"w", "d"} <= r._jstate[n][1])
         return CompiledLoop(len(self.loops), loop.it, tuple(outer), gids, cells, ins, outs, src, sig, loop, inside)
 
     @staticmethod
