@@ -3,6 +3,7 @@ with the interpreter's values, byte counts and faults; the loops it declines say
 
 import numpy as np
 import pytest
+from fuzz import check
 
 import timerl as tl
 from timerl.ir.ops import Op
@@ -76,6 +77,42 @@ def test_values_written_and_freed_inside_one_loop_call_stay_inside_it():
     assert exe._mem() == plain._mem()
     for k in range(2):
         np.testing.assert_array_equal(got[k], want[k])
+
+
+def _chain(backend, **kw):
+    """x[i, t+1] from x[i, t] through values each read by the next, h read twice and again after
+    the loop (its rows, by a sink over 0:T), a take and t's value among them."""
+    prog = tl.Program("i t")
+    (i, t), (_, T) = prog.dims, prog.bounds
+    got = {}
+    with prog:
+        w, jj = tl.tensor(W, name="w"), tl.tensor(J, (i, t), name="j")
+        x = tl.placeholder((4,), "float32", (i, t), name="x")
+        x[i, 0] = tl.tensor(np.ones(4, "float32"), name="x0")
+        h = tl.tanh(x[i, t] @ w)
+        a = h * 0.5 + x[i, t]
+        b = a.take(jj, axis=0) + tl.dim_value(t).astype("float32") * 0.25
+        x[i, t + 1] = b - h * 0.1
+        tl.sink(x[i, 0:T].sum(axis=0), lambda v, p: got.__setitem__(("x", p["i"]), np.array(v)))
+        tl.sink(h[i, 0:T].max(axis=0), lambda v, p: got.__setitem__(("h", p["i"]), np.array(v)))
+    exe = prog.compile(bounds={"I": 2, "T": 6}, backend=backend, **kw)
+    exe.run()
+    return exe, got
+
+
+@pytest.mark.parametrize("kw", [kw for be, kw in check.configs(("numba",)) if be == "numba" and "memory_budget" not in kw],
+                         ids=lambda kw: check.label("numba", kw))
+def test_compiled_loops_match_the_reference_executor_with_every_pass_switch(kw):
+    """The differential check of tests/fuzz (whose random programs have no loop that compiles: a
+    sink or a progress tick sits in each) on a program whose loop over t compiles, with values
+    kept inside it, under every pass switch of the numba backend."""
+    _, want = _chain("reference")
+    exe, got = _chain("numba", **kw)
+    if not kw:
+        assert [cl["inside"] > 0 for cl in exe.stats["compiled_loops"]] == [True], exe.stats["interpreted_loops"]
+    assert got.keys() == want.keys()
+    for key in want:
+        np.testing.assert_allclose(got[key], want[key], rtol=check.TOL["float32"], err_msg=str(key))
 
 
 def test_a_kernel_fault_inside_a_compiled_loop_names_the_tensor_and_point():
