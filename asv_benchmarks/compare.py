@@ -35,10 +35,14 @@ import time
 from asv_benchmarks.baselines import pin_threads
 
 SYSTEMS = ("timerl", "numpy", "torch")
-COLORS = {"timerl": "C0", "numpy": "C1", "torch": "C2"}
+#: measured only when asked (``--systems timerl,numpy,torch,jax``): the fully jitted JAX peer
+#: (``baselines/jax_peer.py``, PPO only), which its own table compares with timerl
+PEERS = ("jax",)
+COLORS = {"timerl": "C0", "numpy": "C1", "torch": "C2", "jax": "C3"}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXTRA = {"torch": ("torch", 'pip install -e ".[bench]" adds torch==2.13.0'),
-         "matplotlib": ("matplotlib", 'pip install -e ".[plot]" adds matplotlib')}
+         "matplotlib": ("matplotlib", 'pip install -e ".[plot]" adds matplotlib'),
+         "jax": ("jax", 'pip install -e ".[peer]" adds jax==0.10.2')}
 
 
 def missing(what):
@@ -115,7 +119,8 @@ def command(system, cfg, iterations, memory=True, backend=None):
     if system == "timerl":  # --traced-memory: a second, untimed run under tracemalloc (like the numpy baseline)
         return ([sys.executable, "-m", "timerl", "bench"] + tail + (["--backend", backend] if backend else [])
                 + (["--traced-memory"] if memory else []))
-    return ([sys.executable, "-m", f"asv_benchmarks.baselines.{system}_eager"] + tail
+    module = "jax_peer" if system == "jax" else f"{system}_eager"
+    return ([sys.executable, "-m", f"asv_benchmarks.baselines.{module}"] + tail
             + ([] if memory else ["--no-memory"]))
 
 
@@ -334,9 +339,35 @@ def table(cfgs, summ, meta):
                                                                 if any(summ.get((k, "timerl"), {}).get("env_steps_per_s")
                                                                        for k in range(len(cfgs)))
                                                                 else "- timerl produced no measurement (see errors)"])
+    lines += peer_table(cfgs, summ)
     if errors:
         lines += ["", "## Runs that produced no number", ""] + errors
     return "\n".join(lines) + "\n"
+
+
+def peer_table(cfgs, summ) -> list:
+    """Lines of the JAX peer's table (rows where it ran): its steps/s and compile against timerl's."""
+    rows = [k for k in range(len(cfgs)) if "env_steps_per_s" in summ.get((k, "jax"), {})]
+    errors = [f"- {_label(cfgs[k])} / jax: {summ[(k, 'jax')]['error']}" for k in range(len(cfgs))
+              if "error" in summ.get((k, "jax"), {})]
+    if not rows and not errors:
+        return []
+    lines = ["", "## Against the fully jitted JAX peer", "",
+             "`asv_benchmarks/baselines/jax_peer.py`: the same PPO with its environment in jax.numpy and each "
+             "iteration one XLA call (PureJaxRL's style), one thread; compile is its jit before the first "
+             "iteration. Its CartPole is gymnasium's dynamics in float32, not gymnasium's own env: compare it "
+             "with timerl's compiled-env rows (`--compiled-env`).", "",
+             "| configuration | timerl steps/s | jax steps/s | timerl / jax | timerl s/iter | jax s/iter "
+             "| timerl compile s | jax compile s |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for k in rows:
+        t, j = summ.get((k, "timerl"), {}), summ[(k, "jax")]
+        lines.append("| " + " | ".join([
+            _label(cfgs[k]), _fmt(t.get("env_steps_per_s"), "rate"), _fmt(j.get("env_steps_per_s"), "rate"),
+            _fmt(_ratio(t.get("env_steps_per_s"), j.get("env_steps_per_s")), "ratio"),
+            _fmt(t.get("s_per_iter"), "s"), _fmt(j.get("s_per_iter"), "s"),
+            _fmt(t.get("compile_s"), "s"), _fmt(j.get("compile_s"), "s")]) + " |")
+    return lines + ([""] + errors if errors else [])
 
 
 def plots(cfgs, summ, out_dir, suffix=""):
@@ -519,9 +550,9 @@ def main(argv=None):
         reps = ns.reps or (2 if ns.quick else 3)
         iters = ns.iterations or (3 if ns.quick else 4)
         systems = [s for s in ns.systems.split(",") if s]
-        unknown = sorted(set(systems) - set(SYSTEMS))
+        unknown = sorted(set(systems) - set(SYSTEMS + PEERS))
         if unknown:
-            ap.error(f"--systems: unknown {', '.join(unknown)}; systems are {', '.join(SYSTEMS)}")
+            ap.error(f"--systems: unknown {', '.join(unknown)}; systems are {', '.join(SYSTEMS + PEERS)}")
         skipped = [f"{s} ({missing(s)})" for s in systems if missing(s)]
         for s in skipped:
             print(f"skipping {s}", file=sys.stderr)
@@ -541,7 +572,8 @@ def main(argv=None):
                         time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "quick": ns.quick}
         # interleaved order: repetition r runs every configuration, systems rotated by r
         tasks = [(r, k, sys_) for r in range(reps) for k in range(len(cfgs))
-                 for sys_ in systems[r % len(systems):] + systems[:r % len(systems)]]
+                 for sys_ in systems[r % len(systems):] + systems[:r % len(systems)]
+                 if sys_ not in PEERS or cfgs[k]["algo"] == "ppo"]  # the JAX peer is a PPO
         lock = threading.Lock()
 
         def measure(task, core):
@@ -559,7 +591,7 @@ def main(argv=None):
                     json.dump({"meta": meta_partial, "configurations": cfgs, "runs": runs}, f, default=list)
 
         pinned_map(measure, tasks, ns.jobs)
-        runs.sort(key=lambda res: (res["rep"], res["cfg"], SYSTEMS.index(res["system_"])))
+        runs.sort(key=lambda res: (res["rep"], res["cfg"], (SYSTEMS + PEERS).index(res["system_"])))
         meta = {
             "machine": machine(),
             "method": (f"{reps} interleaved repetitions x {iters} iterations per run, each run a fresh process; "
