@@ -305,3 +305,10 @@ def emit(result, as_json):
         for k, v in result.items():
             if k != "iter_s":
                 print(f"{k:>16}: {v}")
+
+
+def script_main(prog, run_bench, argv=None) -> int:
+    """A baseline's command line: parse the flags of ``timerl bench``, run, print the result."""
+    ns = parser(prog).parse_args(argv)
+    emit(run_bench(ns.algo, args_from(ns), memory=not ns.no_memory), ns.json)
+    return 0

@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-from .common import Args, args_from, bench, emit, parser
+from .common import Args, bench, script_main
 
 # -- environments (jax.numpy, batched over N) ------------------------------------------------------
 
@@ -317,10 +317,7 @@ def run_bench(algo, args: Args, memory=True):
 
 
 def main(argv=None):
-    ns = parser("python -m asv_benchmarks.baselines.jax_peer").parse_args(argv)
-    result = run_bench(ns.algo, args_from(ns), memory=not ns.no_memory)
-    emit(result, ns.json)
-    return 0
+    return script_main("python -m asv_benchmarks.baselines.jax_peer", run_bench, argv)
 
 
 if __name__ == "__main__":

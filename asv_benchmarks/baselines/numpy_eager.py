@@ -22,7 +22,7 @@ import tracemalloc
 
 import numpy as np
 
-from .common import Args, args_from, bench, emit, gae, make_env, parser, returns_mc, returns_nstep
+from .common import Args, bench, gae, make_env, returns_mc, returns_nstep, script_main
 
 LOG_2PI = float(np.log(2.0 * np.pi))
 
@@ -345,10 +345,7 @@ def run_bench(algo, args: Args, memory=True):
 
 
 def main(argv=None):
-    ns = parser("python -m asv_benchmarks.baselines.numpy_eager").parse_args(argv)
-    result = run_bench(ns.algo, args_from(ns), memory=not ns.no_memory)
-    emit(result, ns.json)
-    return 0
+    return script_main("python -m asv_benchmarks.baselines.numpy_eager", run_bench, argv)
 
 
 if __name__ == "__main__":
