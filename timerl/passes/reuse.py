@@ -182,7 +182,6 @@ class _Matcher:
         self.subs = {b.e: sympy.Integer(bounds[b.name]) for b in prog.bounds if b.name in bounds}
         self.matches = matches
         self.busy, self.failed = set(), set()
-        self._same = {}  # (a, b) -> whether a - b expands to 0 at the bounds
 
     # -- shapes and indices ---------------------------------------------------------------------
     def shape(self, s):
@@ -199,13 +198,9 @@ class _Matcher:
         if isinstance(a, Slice) or isinstance(b, Slice):
             return (isinstance(a, Slice) and isinstance(b, Slice) and self.same(a.start, b.start)
                     and self.same(a.stop, b.stop))
-        if a is b or a == b:  # the common case (an index that is the domain's own symbol): no sympy work
+        if a == b:  # structurally equal (PPO: every index compared is): no sympy work
             return True
-        key = (a, b)
-        got = self._same.get(key)
-        if got is None:
-            got = self._same[key] = sympy.expand(sympy.sympify(a).subs(self.subs) - sympy.sympify(b).subs(self.subs)) == 0
-        return got
+        return sympy.expand(sympy.sympify(a).subs(self.subs) - sympy.sympify(b).subs(self.subs)) == 0
 
     def has(self, n):
         return any(x is self.d for x in self.pdg.rec(n).domain)
