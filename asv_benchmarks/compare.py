@@ -38,6 +38,7 @@ SYSTEMS = ("timerl", "numpy", "torch")
 #: measured only when asked (``--systems timerl,numpy,torch,jax``): the fully jitted JAX peer
 #: (``baselines/jax_peer.py``, PPO only), which its own table compares with timerl
 PEERS = ("jax",)
+ALL_SYSTEMS = SYSTEMS + PEERS
 COLORS = {"timerl": "C0", "numpy": "C1", "torch": "C2", "jax": "C3"}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXTRA = {"torch": ("torch", 'pip install -e ".[bench]" adds torch==2.13.0'),
@@ -550,9 +551,9 @@ def main(argv=None):
         reps = ns.reps or (2 if ns.quick else 3)
         iters = ns.iterations or (3 if ns.quick else 4)
         systems = [s for s in ns.systems.split(",") if s]
-        unknown = sorted(set(systems) - set(SYSTEMS + PEERS))
+        unknown = sorted(set(systems) - set(ALL_SYSTEMS))
         if unknown:
-            ap.error(f"--systems: unknown {', '.join(unknown)}; systems are {', '.join(SYSTEMS + PEERS)}")
+            ap.error(f"--systems: unknown {', '.join(unknown)}; systems are {', '.join(ALL_SYSTEMS)}")
         skipped = [f"{s} ({missing(s)})" for s in systems if missing(s)]
         for s in skipped:
             print(f"skipping {s}", file=sys.stderr)
@@ -591,7 +592,7 @@ def main(argv=None):
                     json.dump({"meta": meta_partial, "configurations": cfgs, "runs": runs}, f, default=list)
 
         pinned_map(measure, tasks, ns.jobs)
-        runs.sort(key=lambda res: (res["rep"], res["cfg"], (SYSTEMS + PEERS).index(res["system_"])))
+        runs.sort(key=lambda res: (res["rep"], res["cfg"], ALL_SYSTEMS.index(res["system_"])))
         meta = {
             "machine": machine(),
             "method": (f"{reps} interleaved repetitions x {iters} iterations per run, each run a fresh process; "

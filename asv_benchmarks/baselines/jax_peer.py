@@ -24,12 +24,16 @@ if __name__ == "__main__":  # one thread: BLAS pinned and XLA's CPU client witho
     pin_threads(os.environ)
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
 
+import functools
 import math
 import time
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from .common import Args, bench, script_main
+from .numpy_eager import LOG_2PI
 
 # -- environments (jax.numpy, batched over N) ------------------------------------------------------
 
@@ -45,8 +49,6 @@ class CartPole:
         self.num_envs = num_envs
 
     def reset(self, key):
-        import jax
-
         s = jax.random.uniform(key, (self.num_envs, 4), minval=-0.05, maxval=0.05)
         return (s, np.zeros(self.num_envs, np.int32))
 
@@ -54,9 +56,6 @@ class CartPole:
         return state[0]
 
     def step(self, state, action, key):
-        import jax
-        import jax.numpy as jnp
-
         s, steps = state
         x, x_dot, th, th_dot = s[:, 0], s[:, 1], s[:, 2], s[:, 3]
         force = jnp.where(action == 1, 10.0, -10.0)
@@ -88,19 +87,12 @@ class Trivial:
         self.obs_dim = int(np.prod(self.obs_shape))
 
     def reset(self, key):
-        import jax
-
         return (jax.random.uniform(key, (self.num_envs,), minval=-1.0, maxval=1.0), np.zeros(self.num_envs, np.int32))
 
     def obs(self, state):
-        import jax.numpy as jnp
-
         return jnp.broadcast_to(state[0][:, None], (self.num_envs, self.obs_dim))
 
     def step(self, state, action, key):
-        import jax
-        import jax.numpy as jnp
-
         s, steps = state
         s = jnp.clip(s + 0.05 * jnp.clip(action[:, 0], -1.0, 1.0), -1.0, 1.0)
         reward = -jnp.abs(s)
@@ -123,7 +115,6 @@ def make_env(args: Args):
 
 def mlp_init(key, sizes, out_gain):
     """Orthogonal weights (gain sqrt 2, the head ``out_gain``), zero biases, as CleanRL."""
-    import jax
 
     params = []
     keys = jax.random.split(key, len(sizes) - 1)
@@ -135,13 +126,57 @@ def mlp_init(key, sizes, out_gain):
 
 
 def mlp(params, x):
-    import jax.numpy as jnp
-
     for k, (W, b) in enumerate(params):
         x = x @ W + b
         if k < len(params) - 1:
             x = jnp.tanh(x)
     return x
+
+
+def dist(discrete, params, x):
+    """The actor's log-probabilities of each action (discrete), or its Gaussian mean and log-std."""
+    out = mlp(params["actor"], x)
+    if discrete:
+        return jax.nn.log_softmax(out, axis=1), None
+    return out, params["logstd"] + jnp.zeros_like(out)
+
+
+def gaussian_logp(a, mean, logstd):
+    z = (a - mean) / jnp.exp(logstd)
+    return jnp.sum(-0.5 * z * z - logstd - 0.5 * LOG_2PI, axis=1)
+
+
+def sample(discrete, params, x, key):
+    a_out, logstd = dist(discrete, params, x)
+    if discrete:
+        a = jax.random.categorical(key, a_out, axis=1)
+        return a, jnp.take_along_axis(a_out, a[:, None], axis=1)[:, 0]
+    a = a_out + jnp.exp(logstd) * jax.random.normal(key, a_out.shape)
+    return a, gaussian_logp(a, a_out, logstd)
+
+
+def ppo_loss(args: Args, discrete, params, mb):
+    """CleanRL's PPO loss on the minibatch ``mb`` (the numpy baseline's ``loss_and_grads``)."""
+    c = args.clip_coef
+    a_out, logstd = dist(discrete, params, mb["obs"])
+    if discrete:
+        logp = jnp.take_along_axis(a_out, mb["actions"][:, None], axis=1)[:, 0]
+        ent = -jnp.sum(jnp.exp(a_out) * a_out, axis=1)
+    else:
+        logp, ent = gaussian_logp(mb["actions"], a_out, logstd), jnp.sum(0.5 + 0.5 * LOG_2PI + logstd, axis=1)
+    v = mlp(params["critic"], mb["obs"])[:, 0]
+    ratio = jnp.exp(logp - mb["logp"])
+    adv = mb["adv"]
+    if args.norm_adv:
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    pg_loss = jnp.maximum(-adv * ratio, -adv * jnp.clip(ratio, 1 - c, 1 + c)).mean()
+    R, v_old = mb["ret"], mb["values"]
+    if args.clip_vloss:
+        vc = v_old + jnp.clip(v - v_old, -c, c)
+        v_loss = 0.5 * jnp.maximum((v - R) ** 2, (vc - R) ** 2).mean()
+    else:
+        v_loss = 0.5 * ((v - R) ** 2).mean()
+    return pg_loss - args.ent("ppo") * ent.mean() + args.vf_coef * v_loss
 
 
 class PPO:
@@ -150,11 +185,9 @@ class PPO:
     with eps 1e-5 and the learning rate annealed linearly to 0 over the iterations)."""
 
     def __init__(self, args: Args):
-        import jax
-
         self.args = args
         self.env = env = make_env(args)
-        k_actor, k_critic, k_env, self.key = jax.random.split(jax.random.PRNGKey(args.seed), 4)
+        k_actor, k_critic, k_env, key = jax.random.split(jax.random.PRNGKey(args.seed), 4)
         hid = [args.hidden] * args.layers
         n_out = env.num_actions if env.discrete else env.action_dim
         params = {"actor": mlp_init(k_actor, [env.obs_dim, *hid, n_out], 0.01),
@@ -163,65 +196,14 @@ class PPO:
             params["logstd"] = np.zeros((1, n_out), np.float32)
         zeros = jax.tree_util.tree_map(lambda p: np.zeros(np.shape(p), np.float32), params)
         env_state = env.reset(k_env)
-        self.carry = (params, zeros, zeros, np.int32(0), env_state, self.key, np.zeros(args.num_envs, np.float32))
+        self.carry = (params, zeros, zeros, np.int32(0), env_state, key, np.zeros(args.num_envs, np.float32))
         t0 = time.perf_counter()
         self.step = jax.jit(self._iteration).lower(self.carry).compile()
         self.compile_s = time.perf_counter() - t0
         self.returns_seen = []
 
-    # -- policy
-    def _dist(self, params, x):
-        import jax.numpy as jnp
-
-        out = mlp(params["actor"], x)
-        if self.env.discrete:
-            return out - jax_logsumexp(out)[:, None], None
-        return out, params["logstd"] + jnp.zeros_like(out)
-
-    def _sample(self, params, x, key):
-        import jax
-        import jax.numpy as jnp
-
-        a_out, logstd = self._dist(params, x)
-        if self.env.discrete:
-            a = jax.random.categorical(key, a_out, axis=1)
-            return a, jnp.take_along_axis(a_out, a[:, None], axis=1)[:, 0]
-        a = a_out + jnp.exp(logstd) * jax.random.normal(key, a_out.shape)
-        return a, gaussian_logp(a, a_out, logstd)
-
-    def _logp_entropy(self, params, x, a):
-        import jax.numpy as jnp
-
-        a_out, logstd = self._dist(params, x)
-        if self.env.discrete:
-            logp = jnp.take_along_axis(a_out, a[:, None], axis=1)[:, 0]
-            return logp, -jnp.sum(jnp.exp(a_out) * a_out, axis=1)
-        return gaussian_logp(a, a_out, logstd), jnp.sum(0.5 + 0.5 * LOG_2PI + logstd, axis=1)
-
-    def _loss(self, params, mb):
-        import jax.numpy as jnp
-
-        args, c = self.args, self.args.clip_coef
-        logp, ent = self._logp_entropy(params, mb["obs"], mb["actions"])
-        v = mlp(params["critic"], mb["obs"])[:, 0]
-        ratio = jnp.exp(logp - mb["logp"])
-        adv = mb["adv"]
-        if args.norm_adv:
-            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        pg_loss = jnp.maximum(-adv * ratio, -adv * jnp.clip(ratio, 1 - c, 1 + c)).mean()
-        R, v_old = mb["ret"], mb["values"]
-        if args.clip_vloss:
-            vc = v_old + jnp.clip(v - v_old, -c, c)
-            v_loss = 0.5 * jnp.maximum((v - R) ** 2, (vc - R) ** 2).mean()
-        else:
-            v_loss = 0.5 * ((v - R) ** 2).mean()
-        return pg_loss - args.ent("ppo") * ent.mean() + args.vf_coef * v_loss
-
     # -- one iteration
     def _iteration(self, carry):
-        import jax
-        import jax.numpy as jnp
-
         args, env = self.args, self.env
         params, m, v, it, env_state, key, ep_ret = carry
         T, N, B = args.num_steps, args.num_envs, args.batch_size
@@ -230,7 +212,7 @@ class PPO:
             env_state, key, ep_ret = c
             key, k_act, k_env = jax.random.split(key, 3)
             x = env.obs(env_state)
-            a, logp = self._sample(params, x, k_act)
+            a, logp = sample(env.discrete, params, x, k_act)
             value = mlp(params["critic"], x)[:, 0]
             env_state, r, done = env.step(env_state, a, k_env)
             ep_ret = ep_ret + r
@@ -254,10 +236,9 @@ class PPO:
         batch = {"obs": roll["obs"].reshape(B, -1), "actions": roll["actions"].reshape((B,) + roll["actions"].shape[2:]),
                  "logp": roll["logp"].reshape(B), "adv": adv.reshape(B), "ret": (adv + roll["values"]).reshape(B),
                  "values": roll["values"].reshape(B)}
-        lr0 = args.lr if args.lr is not None else 2.5e-4
-        lr = lr0 * (1.0 - it / args.iterations) if args.anneal_lr else lr0
+        lr = args.lr_at("ppo", it)
         mb_size = B // args.minibatches
-        grad = jax.grad(self._loss)
+        grad = jax.grad(functools.partial(ppo_loss, args, env.discrete))
 
         def update(c, mb):
             params, m, v, t = c
@@ -291,23 +272,6 @@ class PPO:
     def summary(self):
         last = self.returns_seen[-10:]
         return {"mean_return": float(np.mean(last)) if last else None, "compile_s": self.compile_s}
-
-
-LOG_2PI = float(np.log(2.0 * np.pi))
-
-
-def jax_logsumexp(x):
-    import jax.numpy as jnp
-
-    mx = jnp.max(x, axis=1)
-    return mx + jnp.log(jnp.sum(jnp.exp(x - mx[:, None]), axis=1))
-
-
-def gaussian_logp(a, mean, logstd):
-    import jax.numpy as jnp
-
-    z = (a - mean) / jnp.exp(logstd)
-    return jnp.sum(-0.5 * z * z - logstd - 0.5 * LOG_2PI, axis=1)
 
 
 def run_bench(algo, args: Args, memory=True):
