@@ -10,6 +10,7 @@ import pytest
 
 import timerl as tl
 from timerl.kernels import blas, cpu, statement
+from timerl.runtime import interpreter
 
 
 def _run(build, bounds, backend, check=False):
@@ -327,3 +328,62 @@ def test_a_run_sets_openblas_threads_and_restores_them(setting):
             np.testing.assert_allclose(got[k], x[k].T @ x[k], rtol=1e-5, atol=1e-4)
     finally:
         blas.set_threads(before)
+
+
+def _persistent(exe):
+    """The slots whose kernel writes them into arrays of their own (``PS<n>`` kernel arguments)."""
+    return {int(n) for n in re.findall(r"\bPS(\d+)[ab]?\b", exe.source)}
+
+
+def test_slots_between_kernels_are_written_into_arrays_of_their_own(monkeypatch):
+    # PPO's learner statement runs several kernels one after another (fuse.MAX_MEMBERS): what one
+    # hands the next goes through slots, which the kernels write into arrays allocated once per run
+    # instead of returning fresh ones; the losses and returns (the acting loop's env state, the
+    # parameters after each update) equal those of kernels returning every slot
+    def build():
+        return tl.rl.ppo(total_steps=3 * 4 * 4, env="CartPole-v1", num_envs=4, num_steps=4, epochs=2, minibatches=2,
+                         backend="numba", seed=5)
+
+    exe = build()
+    low = exe.plan.lowered
+    kept = _persistent(exe)
+    assert kept and all(low.buffers[n].kind == "slot" for n in kept)
+    assert not any(re.search(rf"\bv{n} = r\[", exe.source) for n in kept)  # never a returned array
+    # the optimizer's recurrences (p[k] = merge(p0, p_new[k - 1])) alternate between two arrays
+    double = {int(n) for n in re.findall(r"\bq(\d+) = PS\d+a if not", exe.source)}
+    assert double and double < kept
+    exe.run()
+    assert exe.planned_peak() == exe.stats["peak_bytes"]
+    with monkeypatch.context() as m:
+        m.setattr(interpreter.Render, "PERSIST_BYTES", 0)
+        ref = build()
+        assert not _persistent(ref)
+        ref.run()
+    keys = ("pg_loss", "v_loss", "entropy", "approx_kl", "mean_return")
+    got = [[row[k] for k in keys] for row in exe.history.rows]
+    want = [[row[k] for k in keys] for row in ref.history.rows]
+    np.testing.assert_array_equal(got, want)  # the same kernels' arithmetic: bit for bit
+    # the slots' arrays count from the run's start to its end: a higher peak
+    assert exe.stats["peak_bytes"] > ref.stats["peak_bytes"]
+
+
+def test_a_kernel_value_a_sink_keeps_gets_a_fresh_array_each_point():
+    # the sink keeps each point's array as it gets it (no copy): a slot written into one array
+    # of its own would leave every kept entry equal to the last point's
+    kept = []
+    prog = tl.Program("i")
+    (i,) = prog.dims
+    rng = np.random.default_rng(2)
+    data = rng.normal(size=(4, 8, 3)).astype("float32")
+    w = rng.normal(size=(3, 5)).astype("float32")
+    with prog:
+        x = tl.tensor(data, domain=(i,), name="x")
+        y = tl.tanh(x @ tl.tensor(w, name="w")) * 2.0
+        tl.sink(y, lambda v, p: kept.append(v))
+        tl.sink((y * y).sum(), lambda v, p: None)
+    exe = prog.compile(bounds={"I": 4}, backend="numba")
+    exe.run()
+    want = [np.tanh(data[k] @ w) * 2.0 for k in range(4)]
+    assert len(kept) == 4
+    for got, ref in zip(kept, want):
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)

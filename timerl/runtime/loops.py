@@ -128,6 +128,14 @@ class JitHooks:
     def peak_check(now="live"):
         return [f"peak = max(peak, {now})"]  # one block, not two
 
+    def fresh_array(self, n):
+        node = self.pdg.rec(n)
+        return f"np.empty({tuple(node.shape)}, {_npdt(node.dtype)})"
+
+    @staticmethod
+    def same_array(a, b):
+        return f"{a}.ctypes.data == {b}.ctypes.data"  # numba has no ``is`` for arrays
+
     # reads --------------------------------------------------------------------------------
     def read_slices(self, n, p, e, ent):
         raise NotCompiled(f"{self.pdg.rec(p).name!r} is read by slices from a table of points")
@@ -176,7 +184,9 @@ class JitHooks:
             return [f"bn{n} -= 1", f"if bn{n} == 0:", f"    hb{n} = False",
                     f"    b{n} = np.empty({(0,) + tuple(sh)}, {_npdt(dt)})", f"    live -= {self.array_bytes(n)}"]
         held = f"h{n}" if kind == "slot" else f"ch{n}[{self.cell(n)}]"
-        k = self.nb(n, "")  # no branch: a loop of a few hundred frees compiles in half the time
+        # no branch: a loop of a few hundred frees compiles in half the time; a slot in an array of
+        # its own is counted from the run's start (Render.persistent_slots)
+        k = "0" if n in self.persist else self.nb(n, "")
         return ([] if k == "0" else [f"live -= {k} * {held}"]) + [f"{held} = False"]
 
     def take(self, p, key):
