@@ -170,6 +170,7 @@ class Render:
         self._steps = None  # node -> the step computing it (Render.step_of)
         self._ps = {}  # the slots' own arrays rendered: name -> (shape, dtype)
         self.ns["persist_alloc"] = self.persist_alloc
+        self.double = {}  # slot -> the branch reading it as it is (two arrays: persistent_slots)
         self.persist = self.persistent_slots()  # slot -> bytes of its array of its own (held from the start)
 
     # slots kept in arrays of their own ---------------------------------------------------
@@ -208,7 +209,6 @@ class Render:
         own): ``p[k]`` is ``p_new[k - 1]``'s array while ``p_new[k]`` is computed. Such a slot gets
         two arrays, and each execution writes the one the branch does not hold now
         (:meth:`_double`)."""
-        self.double = {}
         if self.backend != "numba":
             return {}
         out, total = {}, 0
@@ -222,11 +222,13 @@ class Render:
                             or not len(node.shape) or node.op in self.VIEWISH:
                         continue
                     k = nbytes_of(node)
+                    if k is None or k > self.PERSIST_BYTES:
+                        continue
                     aliases = self._aliases(n)
                     if aliases is None or len(aliases) > 1 or (aliases and not self._double(n, st, aliases[0])):
                         continue
-                    k = k * (1 + len(aliases)) if k is not None else None
-                    if k is None or k > (1 + len(aliases)) * self.PERSIST_BYTES or total + k > self.PERSIST_TOTAL:
+                    k *= 1 + len(aliases)
+                    if total + k > self.PERSIST_TOTAL:
                         continue
                     if aliases:
                         self.double[n] = aliases[0]
@@ -234,54 +236,52 @@ class Render:
                     total += k
         return out
 
-    def _aliases(self, n):
-        """The ops that read ``n``'s array as it is without being views of the memory plan (see
-        :meth:`persistent_slots`); None when a reader might keep it beyond its own execution."""
-        out = []
-        for c, _ in self.pdg.consumers(n):
-            st = self.step_of(c)
-            if st is None:
-                return None
-            if st.kind != "kernel":
-                op = self.pdg.rec(c).op
-                if op in (Op.UDF, Op.SINK) or (st.donate is not None and self.pdg.inputs(c)[st.donate][0] == n):
-                    return None  # user code may keep the array; an op writes its value into it
-                if op in self.VIEWISH and c not in self.low.views and (c not in self.blocks or c in self.spills):
-                    out.append(c)  # the array itself, but n's readers are not counted as its readers
-                continue  # numpy computes a new array; a view whose readers keep n alive; a block's row copied
+    def _holds(self, x, c):
+        """How reader ``c`` of ``x`` treats ``x``'s array: True when ``c``'s value is that array (an
+        op reading it as it is), False when it is not, None when something may keep the array
+        beyond ``c``'s execution (user code, a donation, a view a kernel stores)."""
+        st = self.step_of(c)
+        if st is None:
+            return None
+        op = self.pdg.rec(c).op
+        if st.kind == "kernel":
             todo, seen = [c], set()
-            while todo:  # a chain of movement ops of n inside that kernel, stored by it
+            while todo:  # a chain of movement ops inside that kernel, stored by it
                 m = todo.pop()
                 if m in seen or m not in st.members or self.pdg.rec(m).op not in self.VIEWISH:
                     continue
-                seen.add(m)
                 if m in st.outputs:
                     return None
-                todo += [x for x, _ in self.pdg.consumers(m)]
+                seen.add(m)
+                todo += [y for y, _ in self.pdg.consumers(m)]
+            return False
+        if op in (Op.UDF, Op.SINK) or (st.donate is not None and self.pdg.inputs(c)[st.donate][0] == x):
+            return None
+        return op in self.VIEWISH and (c not in self.blocks or c in self.spills)  # a block copies its rows
+
+    def _aliases(self, n):
+        """The ops that read ``n``'s array as it is without being views of the memory plan (whose
+        readers count as ``n``'s: :meth:`persistent_slots`); None when a reader may keep it."""
+        out = []
+        for c, _ in self.pdg.consumers(n):
+            h = self._holds(n, c)
+            if h is None:
+                return None
+            if h and c not in self.low.views:
+                out.append(c)
         return out
 
     def _holders(self, n):
-        """The slots whose value may be ``n``'s array itself (branches and accesses reading it as it
-        is, their views, and so on); None when a reader might keep it beyond its own execution."""
+        """The slots whose value may be ``n``'s array itself (ops reading it as it is, those reading
+        them, and so on); None when a reader may keep it or a holder is not a slot."""
         out, todo = [], [n]
         while todo:
             x = todo.pop()
             for c, _ in self.pdg.consumers(x):
-                st = self.step_of(c)
-                if st is None:
+                h = self._holds(x, c)
+                if h is None or (h and c in self.stored and (c not in self.slots or c in self.spills)):
                     return None
-                op = self.pdg.rec(c).op
-                if st.kind == "kernel":
-                    if c in st.outputs and op in self.VIEWISH:
-                        return None  # a view a kernel stores
-                    continue
-                if op in (Op.UDF, Op.SINK) or (st.donate is not None and self.pdg.inputs(c)[st.donate][0] == x):
-                    return None
-                if op not in self.VIEWISH or (c in self.blocks and c not in self.spills):
-                    continue  # a new array; a block's row copied
-                if c in self.stored and (c not in self.slots or c in self.spills):
-                    return None  # kept in cells or a table of points
-                if c not in out and c != n:
+                if h and c not in out and c != n:
                     out.append(c)
                     todo.append(c)
         return out
