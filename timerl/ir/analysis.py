@@ -6,7 +6,8 @@ and checks the program: reads outside a producer's points, points with no branch
 and cycles of reads that no order can compute.
 
 Inside a cycle of tensors (a strongly connected part of the PDG) demand is a worklist
-fixpoint over isl sets, and the existence of an order is decided by the cheapest test
+fixpoint over isl sets (a small loop being peeled one point a round is closed with isl's
+transitive closure instead: :func:`_widen`), and the existence of an order is decided by the cheapest test
 that settles it: loops over the program dims (each ascending or descending), then isl's
 scheduler, then a depth-first search over the finite points under the bounds.
 """
@@ -156,13 +157,16 @@ def _intra(model, pdg, live, members):
 def _demand_cycle(model, pdg, live, members, incoming):
     """Demand inside a cycle of tensors: the greatest subset of their points that is closed
     under "demanded from outside, or read by a demanded point" (a worklist fixpoint that
-    starts from all points and removes what nothing reads; no transitive closure, whose
-    cost explodes on whole RL programs). It differs from the least such set only by points
-    on cycles of point reads, which the order check then reports."""
+    starts from all points and removes what nothing reads; no transitive closure of the whole
+    cycle, whose cost explodes on whole RL programs, but of a small loop of nodes whose demand
+    keeps shrinking, a dead chain the worklist would peel one point a round: :func:`_widen`).
+    It differs from the least such set only by points on cycles of point reads, which the
+    order check then reports."""
     dem = {n: model.points(n) for n in members}
     readers = {n: [(c, e) for c, e in _edges_into(pdg, live, n) if c in members] for n in members}
     producers = {n: {p for p, _ in pdg.inputs(n) if p in members} for n in members}
     work = set(members)
+    changes = dict.fromkeys(members, 0)
     while work:
         n = min(work)
         work.discard(n)
@@ -173,6 +177,9 @@ def _demand_cycle(model, pdg, live, members, incoming):
         if not s.is_equal(dem[n]):
             dem[n] = s
             work |= producers[n]
+            changes[n] += 1
+            if changes[n] % WIDEN_AFTER == 0:
+                work |= _widen(model, readers, producers, members, incoming, dem, changes, n)
     if _dim_order(model, pdg, members, dem):
         return dem
     R = _intra(model, pdg, live, members)
@@ -180,6 +187,60 @@ def _demand_cycle(model, pdg, live, members, incoming):
         # no affine order; a valid point order may still exist: decide on the finite points
         dem = _point_demand(model, pdg, members, dem, incoming)
     return dem
+
+
+#: a node of a cycle whose demand has shrunk this many times is on a chain being peeled one point a
+#: round (:func:`_widen`)
+WIDEN_AFTER = 4
+#: the largest loop of nodes :func:`_widen` closes with isl (the closure of a whole RL program's
+#: reads is what the worklist avoids)
+WIDEN_NODES = 8
+
+
+def _widen(model, readers, producers, members, incoming, dem, changes, n) -> set:
+    """Shrink a peeled loop's demand in one step; returns the nodes to revisit.
+
+    Starting from all points, the worklist removes a dead chain of point reads one point a round:
+    a running sum along ``t`` in a training iteration whose update nothing reads (the last one)
+    loses its point at ``T - 1``, then ``T - 2``, ... (n-step REINFORCE at T = 1000: 1,000 rounds
+    around its three-node loop, 2 s of its compile). ``L``, the nodes of ``members`` that shrank
+    again and again and read each other in a loop through ``n``, is small: the points of ``L``
+    that anything needs are those demanded from outside ``L`` (``incoming`` and the images of the
+    current demand of readers outside ``L``) and whatever reaches them by reads inside ``L``, i.e.
+    that base under the transitive closure of ``L``'s access relations (isl's closure of a few
+    maps, exact or an over-approximation: either keeps every needed point). Each node's demand
+    is intersected with that set. The result is still a fixpoint between the least and the
+    greatest one (the worklist goes on from it); it drops only points on cycles of point reads
+    inside ``L`` that nothing outside reads."""
+    busy = {m for m in members if changes[m] >= WIDEN_AFTER // 2}
+    g = nx.DiGraph()
+    g.add_nodes_from(busy)
+    g.add_edges_from((c, m) for m in busy for c, _ in readers[m] if c in busy)
+    L = next(c for c in nx.strongly_connected_components(g) if n in c)
+    if len(L) < 2 and not g.has_edge(n, n) or len(L) > WIDEN_NODES:
+        return set()
+    R = base = None
+    for m in L:
+        b = incoming[m]
+        for c, e in readers[m]:
+            img = _image(model, c, m, e, dem[c])
+            if c in L:
+                a = isl.UnionMap.from_map(model.access(c, m, e.pos))
+                R = a if R is None else R.union(a)
+            else:
+                b = b.union(img)
+        b = isl.UnionSet.from_set(b)
+        base = b if base is None else base.union(b)
+    closure, _exact = R.transitive_closure()
+    need = base.union(base.apply(closure)).coalesce()
+    out = set()
+    for m in L:
+        s = need.extract_set(dem[m].get_space()).intersect(dem[m]).coalesce()
+        if not s.is_equal(dem[m]):
+            dem[m] = s
+            out |= producers[m] | {m}
+        changes[m] = 0
+    return out
 
 
 def _cycle_msg(names, at=""):
