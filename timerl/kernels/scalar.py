@@ -122,6 +122,22 @@ def gather(xf, idx, outf):
 
 
 @numba.njit(no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def move4(xf, base, n0, n1, n2, n3, s0, s1, s2, s3, outf):
+    """``outf`` (row-major over ``n0 x n1 x n2 x n3``) ``= xf[base + j0 s0 + j1 s1 + j2 s2 + j3 s3]``:
+    a movement op (expand, permute, slice) whose element map is affine, read through strides instead
+    of a compile-time index array (:meth:`timerl.kernels.statement.KernelGen.movement`); the innermost
+    loop vectorizes for strides 0 (a broadcast) and 1 (a copy)."""
+    q = 0
+    for j0 in range(n0):
+        for j1 in range(n1):
+            for j2 in range(n2):
+                a = base + j0 * s0 + j1 * s1 + j2 * s2
+                for j3 in range(n3):
+                    outf[q + j3] = xf[a + j3 * s3]
+                q += n3
+
+
+@numba.njit(no_cpython_wrapper=True, no_cfunc_wrapper=True)
 def transpose2(x, out):
     """``out[j, i] = x[i, j]`` in 32 x 32 tiles: a tile's rows and columns stay in cache while it
     moves (a gather by index arrays streams an int64 index per element besides the data)."""

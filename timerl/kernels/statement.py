@@ -84,7 +84,7 @@ import math
 import numpy as np
 import numba
 from timerl.kernels.scalar import (G, LANE, ONE, copy1, gather, gemm_nn, gemm_nt, gemm_tn, gemm_tt,  # noqa: F401
-                                   gemv_vm, lse3, matmul_small, maxmin3, mix, permutation, scatter, std3,
+                                   gemv_vm, lse3, matmul_small, maxmin3, mix, move4, permutation, scatter, std3,
                                    sum3, take3, take_along3, tanh32, transpose2, unit)
 """
 
@@ -264,6 +264,46 @@ def gathers(pdg, n, probe=False) -> list:
     if tuple(g.shape) != out:
         raise ValueError("movement shape")
     return [] if probe else [np.ascontiguousarray(g).ravel()]
+
+
+#: the most axes :func:`strides` merges a movement into (``scalar.move4``'s loop nest)
+MOVE_AXES = 4
+
+
+def strides(idx, shape):
+    """``(base, ((n, s), ...))`` when the index array ``idx`` of a movement op with output ``shape``
+    (which input element each output element reads, row-major) is affine,
+    ``idx[j] = base + sum_a j_a s_a``, on at most :data:`MOVE_AXES` axes once axes of length 1 are
+    dropped and neighbours that step as one are merged (``s_a == n_b s_b``); else None (the
+    op gathers through ``idx``). Expand, permute and basic slicing are always affine."""
+    shape = tuple(int(x) for x in shape)
+    g = np.asarray(idx, dtype=np.int64).reshape(shape)
+    if g.size == 0:
+        return None
+    base = int(g.flat[0])
+    axes = []
+    for a, n in enumerate(shape):
+        if n > 1:
+            unit = tuple(1 if b == a else 0 for b in range(len(shape)))
+            axes.append((n, int(g[unit]) - base))
+    expect = np.full(shape, base, dtype=np.int64)
+    k = 0
+    for a, n in enumerate(shape):
+        if n > 1:
+            view = (1,) * a + (n,) + (1,) * (len(shape) - a - 1)
+            expect = expect + (np.arange(n, dtype=np.int64) * axes[k][1]).reshape(view)
+            k += 1
+    if not np.array_equal(expect, g):
+        return None
+    merged = []
+    for n, st_ in axes:
+        if merged and merged[-1][1] == n * st_:
+            merged[-1] = (merged[-1][0] * n, st_)
+        else:
+            merged.append((n, st_))
+    if len(merged) > MOVE_AXES:
+        return None
+    return base, tuple([(1, 0)] * (MOVE_AXES - len(merged)) + merged)
 
 
 def operand_index(shape, target, names) -> str:
@@ -465,8 +505,8 @@ class Render:
                 src = np.arange(int(np.prod(st(sx))), dtype=np.int64).reshape(tuple(int(s) for s in sx))
                 xt = self.fresh()
                 self.emit(f"{xt} = np.empty({int(np.prod(st(sx)))}, np.{dt})")
-                self.emit(f"gather({x}.reshape({int(np.prod(st(sx)))}), "
-                          f"{self.const(np.transpose(src, kept + list(axes)).ravel())}, {xt})")
+                moved = np.transpose(src, kept + list(axes))
+                self.move(x, int(np.prod(st(sx))), moved.ravel(), moved.shape, xt)
                 x, pre, post = xt, int(np.prod([int(sx[a]) for a in kept])), 1
             else:
                 pre = int(np.prod([int(s) for s in sx[:min(axes)]]))
@@ -574,8 +614,24 @@ class Render:
         idx = gathers(self.pdg, n)
         self.emit(f"{v} = np.empty({out}, np.{dt})")
         self.emit(f"{v}f = {v}.reshape({size})")
+        if node.op is not Op.CONCAT:
+            (p, e) = self.pdg.inputs(n)[0]
+            x, s, _ = self.arg(p, e)
+            self.move(x, int(np.prod(st(s))), idx[0], out, f"{v}f")
+            return
         for kind, x, m, c in self.index_moves(n, idx):
             self.emit(f"{kind}({x}.reshape({m}), {c}, {v}f)")
+
+    def move(self, x, m, idx, out, dst):
+        """``dst`` (flat) = ``x`` (``m`` elements) read at ``idx``: through strides (``move4``) when the
+        map is affine (:func:`strides`), else a gather of a compile-time index array."""
+        aff = strides(idx, out)
+        if aff is None:
+            self.emit(f"gather({x}.reshape({m}), {self.const(idx)}, {dst})")
+            return
+        base, axes = aff
+        ns, ss = ", ".join(str(n_) for n_, _ in axes), ", ".join(str(s_) for _, s_ in axes)
+        self.emit(f"move4({x}.reshape({m}), {base}, {ns}, {ss}, {dst})")
 
     def index_moves(self, n, idx):
         """``(kind, operand, its size, index constant)`` per operand of movement op ``n``: a
