@@ -217,21 +217,20 @@ def _widen(model, readers, producers, members, incoming, dem, changes, n) -> set
     g.add_nodes_from(busy)
     g.add_edges_from((c, m) for m in busy for c, _ in readers[m] if c in busy)
     L = next(c for c in nx.strongly_connected_components(g) if n in c)
-    if len(L) < 2 and not g.has_edge(n, n) or len(L) > WIDEN_NODES:
+    if (len(L) < 2 and not g.has_edge(n, n)) or len(L) > WIDEN_NODES:
         return set()
     R = base = None
     for m in L:
         b = incoming[m]
         for c, e in readers[m]:
-            img = _image(model, c, m, e, dem[c])
-            if c in L:
+            if c in L:  # a read inside the loop: its relation, closed below
                 a = isl.UnionMap.from_map(model.access(c, m, e.pos))
                 R = a if R is None else R.union(a)
-            else:
-                b = b.union(img)
+            else:  # a reader outside: what its current demand reads
+                b = b.union(_image(model, c, m, e, dem[c]))
         b = isl.UnionSet.from_set(b)
         base = b if base is None else base.union(b)
-    closure, _exact = R.transitive_closure()
+    closure, _ = R.transitive_closure()  # inexact: an over-approximation, which keeps every needed point
     need = base.union(base.apply(closure)).coalesce()
     out = set()
     for m in L:

@@ -281,18 +281,13 @@ def strides(idx, shape):
     if g.size == 0:
         return None
     base = int(g.flat[0])
-    axes = []
+    axes, expect = [], np.full(shape, base, dtype=np.int64)
     for a, n in enumerate(shape):
-        if n > 1:
-            unit = tuple(1 if b == a else 0 for b in range(len(shape)))
-            axes.append((n, int(g[unit]) - base))
-    expect = np.full(shape, base, dtype=np.int64)
-    k = 0
-    for a, n in enumerate(shape):
-        if n > 1:
-            view = (1,) * a + (n,) + (1,) * (len(shape) - a - 1)
-            expect = expect + (np.arange(n, dtype=np.int64) * axes[k][1]).reshape(view)
-            k += 1
+        if n > 1:  # the step along axis a, and what it adds at every point
+            before, after = (0,) * a, (0,) * (len(shape) - a - 1)
+            step = int(g[before + (1,) + after]) - base
+            axes.append((n, step))
+            expect = expect + (np.arange(n, dtype=np.int64) * step).reshape((1,) * a + (n,) + (1,) * len(after))
     if not np.array_equal(expect, g):
         return None
     merged = []
