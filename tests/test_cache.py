@@ -6,6 +6,8 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 PROGRAM = """
@@ -41,3 +43,47 @@ def test_cache_info_and_clear(tmp_path):
     assert not kernels.exists()
     run(["-c", PROGRAM], cache)  # a cleared cache is rebuilt on the next compile
     assert list(kernels.glob("k_*.py"))
+
+
+NUMPY_ONLY = """
+import sys, numpy as np, timerl as tl
+prog = tl.Program("t")
+(t,) = prog.dims
+seen = []
+with prog:
+    x = tl.tensor(np.ones((3, 5), "float32"), domain=(t,), name="x")
+    tl.sink(tl.exp(x) * 2.0 + 1.0, lambda v, p: seen.append(float(v.sum())))
+prog.compile(bounds={"T": 3}, backend="numpy").run()
+print(len(seen), round(seen[0], 3), "numba" in sys.modules, "llvmlite" in sys.modules)
+"""
+
+
+def test_numpy_backend_never_imports_numba(tmp_path):
+    # numba's import and its registries hold about 120 MB of a process: the numpy backend needs none of it
+    out = run(["-c", NUMPY_ONLY], tmp_path / "cache").split()
+    assert out == ["3", str(round(5 * (2 * float(np.exp(np.float32(1))) + 1), 3)), "False", "False"]
+
+
+LOADED = """
+import numpy as np, timerl as tl
+from timerl.kernels import cpu
+prog = tl.Program("t")
+(t,) = prog.dims
+seen = []
+with prog:
+    x = tl.tensor(np.arange(10, dtype="float32").reshape(2, 5) / 4, domain=(t,), name="x")
+    tl.sink(tl.exp(x) * 2.0 + 1.0, lambda v, p: seen.append((p, v.copy())))
+prog.compile(bounds={"T": 2}, backend="numba").run()
+libs = [c.library for k in cpu._loaded.values() for c in k.overloads.values()]
+assert libs and all(lib._shared_module is None for lib in libs), "linking IR kept"
+want = np.exp(np.arange(10, dtype="float32").reshape(2, 5) / 4) * np.float32(2) + np.float32(1)
+assert len(seen) == 2 and all(np.allclose(v, want[p["t"]], rtol=1e-6) for p, v in seen), seen
+print("ok")
+"""
+
+
+def test_kernels_keep_no_linking_ir(tmp_path):
+    # compiled (first process) and loaded from the on-disk cache (second): the LLVM module numba keeps
+    # for linking is freed, and the kernel still computes the same values through its dispatcher
+    assert run(["-c", LOADED], tmp_path / "cache").strip() == "ok"
+    assert run(["-c", LOADED], tmp_path / "cache").strip() == "ok"

@@ -39,7 +39,6 @@ import dataclasses
 import re
 import sys
 
-import numba
 import numpy as np
 import sympy
 
@@ -48,7 +47,6 @@ from ..errors import RuntimeFault
 from ..ir.ops import Op, Slice
 from ..kernels import cpu
 from ..schedule.tree import Call, Guard, Loop, Seq, render, walk
-from . import jhelp
 
 def _tup(items) -> str:
     """A tuple expression of ``items``: concatenated tuples of at most 24 (CPython builds a longer
@@ -66,6 +64,8 @@ def _npdt(dt) -> str:
 
 
 def _nbty(dt, nd, readonly=False):
+    import numba  # noqa: PLC0415 - the numpy backend imports this module and never numba
+
     return numba.types.Array(numba.from_dtype(np.dtype(dt)), nd, "C", readonly=readonly)
 
 
@@ -227,6 +227,8 @@ class JitHooks:
     def kernel_call(self, step, own, args, info):
         # through the kernel's address, not its name: its code is not compiled again in the loop's
         # (jhelp.kcall); a kernel's exception ends the loop (replayed: LoopCompiler.wrappers)
+        from . import jhelp  # noqa: PLC0415 - imports numba
+
         ka = self.sym(f"ka{step.node}", jhelp.address(self.ns[f"K{step.node}"]))
         return [f"r = kcall({ka}, KT{step.node}, {_tup(args)})"]
 
@@ -422,6 +424,8 @@ class LoopCompiler:
         it returns ``(name, Python line storing it back)``: a value only read goes in alone; a slot
         or block array the loop assigns also comes back with its flags; cells are one array and
         their flags, changed in place (only their Python list is rebuilt after)."""
+        import numba  # noqa: PLC0415 - not on the numpy backend
+
         r = self.r
         ins = [("live", numba.int64, "live"), ("peak", numba.int64, "peak")]
         outs = [("live", None), ("peak", None)]
@@ -455,6 +459,8 @@ class LoopCompiler:
         return ins, outs
 
     def _source(self, loop, outer, lines, gids, inside):
+        import numba  # noqa: PLC0415 - not on the numpy backend
+
         r = self.r
         text = "\n".join(lines)
         inside = [n for n in inside if n in r._jstate]  # those the loop uses (it writes and frees them)
@@ -493,6 +499,7 @@ class LoopCompiler:
         finally:
             sys.setrecursionlimit(limit)
         mod.loop.disable_compile()
+        cpu.drop_linking_ir(mod.loop)
         return mod.loop
 
     def kept_cells(self, body, fns, tree):
