@@ -170,3 +170,20 @@ def test_step_action_shape_error():
     (t,) = prog.dims
     with prog, pytest.raises(tl.ShapeError, match="action"):
         env.step(tl.zeros((3,), "int64", domain=(t,)))
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Acrobot-v1", "trivial"])
+def test_host_step_returns_arrays_of_its_own(env_id):
+    # the step UDF is called without copies (``fresh``): what it returns must not be the env's
+    # buffers, which the next step overwrites, nor its input
+    env = tl.rl.make_env(env_id, 2, seed=0, compiled=False)
+    env._reset()
+    a = np.zeros(env.action_shape, np.int64 if env.discrete else np.float32)
+    first = env._step(a)
+    kept = [x.copy() for x in first]
+    for _ in range(3):
+        nxt = env._step(a)
+        assert all(not np.shares_memory(x, y) for x in first for y in nxt)
+    for x, k in zip(first, kept):
+        np.testing.assert_array_equal(x, k)
+    assert not any(np.shares_memory(a, x) for x in first)

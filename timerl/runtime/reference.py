@@ -295,7 +295,10 @@ def call_sink(node, value, point):
 def call_udf(node, ins, pt, batch=None):
     """Call a UDF and check what it returns against its declared outputs."""
     fn, batched = node.attrs["fn"], node.attrs["batched"]
-    args = [_readonly(v[None] if batched and batch is None else v) for v in ins]
+    # ``fresh``: timerl's own host-env wrappers (timerl.rl.envs._fresh) return new arrays and never
+    # write their inputs, so neither read-only views nor copies are needed
+    fresh = getattr(fn, "fresh", False)
+    args = ins if fresh and not batched else [_readonly(v[None] if batched and batch is None else v) for v in ins]
     n_out = node.attrs["n_out"]
     try:
         res = fn(*args)
@@ -312,7 +315,7 @@ def call_udf(node, ins, pt, batch=None):
             if type(r) is not np.ndarray or r.dtype != dt or r.shape != shape:
                 break
         else:
-            return tuple(r.copy() for r in res)
+            return res if fresh else tuple(r.copy() for r in res)
     if len(res) != n_out:
         raise RuntimeFault(f"{_udf(node)} returned {len(res)} values at {_at(node, pt)}, declared {n_out}: "
                            f"{_declared(node)}")
