@@ -173,8 +173,8 @@ def test_reinforce_values_with_and_without(backend):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
 
 
-def _ppo(epochs, minibatches, reuse=True, rows=True):
-    prog, bounds, _ = P.build(_args(P, epochs=epochs, minibatches=minibatches))
+def _ppo(epochs, minibatches, reuse=True, rows=True, shuffle=True):
+    prog, bounds, _ = P.build(_args(P, epochs=epochs, minibatches=minibatches, shuffle_whole_batch=shuffle))
     return optimized(prog, bounds, reuse=reuse, reuse_rows=rows)
 
 
@@ -205,6 +205,37 @@ def test_ppo_one_epoch_one_minibatch_learner_reads_the_acting_block():
                    "ppo.critic.tanh", "ppo.v", "ppo.v"]
 
 
+def test_ppo_one_minibatch_in_rollout_order_reads_the_acting_block_by_default():
+    """Unshuffled (PPO's default with one minibatch), the learner's operands are the rollout blocks
+    merged into rows, a view: both forward passes become that reshape of the acting block, with no take
+    and without the ``reuse_rows`` option."""
+    off, on = _ppo(1, 1, reuse=False, rows=False, shuffle=False), _ppo(1, 1, rows=False, shuffle=False)
+    fwd = lambda g: sorted(g.rec(n).name.split(" (")[0] for op in FORWARD for n in ops(g, op, ("i", "k"))
+                           if ".layer" in g.rec(n).name or "tanh" in g.rec(n).name)
+    assert len(fwd(off)) == 16 and fwd(on) == []          # actor and critic: 3 matmuls, 3 adds, 2 tanh each
+    assert len(ops(on, Op.MATMUL)) == len(ops(off, Op.MATMUL)) - 6
+    rows = lambda g: [n for n in ops(g, Op.TAKE, ("i", "k"))   # noqa: E731  takes of rows (not the action's logit)
+                      if g.rec(n).attrs.get("axis") == 0 and not g.rec(n).attrs.get("along")]
+    assert rows(on) == rows(off) == []
+
+    def merged(n):
+        """The acting node whose rollout block reshape ``n`` (over (i, k)) merges into rows, or None: the
+        block ``A[i, 0:T]`` of a per-step node, or a node vectorize already batched over ``t``."""
+        ((x, _),) = on.inputs(n)
+        dims = lambda m: tuple(d.name for d in on.rec(m).domain)  # noqa: E731
+        if on.rec(x).op is Op.ACCESS and dims(x) == ("i",):
+            ((x, _),) = on.inputs(x)
+            return x if dims(x) == ("i", "t") else None
+        return x if dims(x) == ("i",) and on.rec(x).op is not Op.MERGE else None
+
+    sources = {x for x in map(merged, ops(on, Op.RESHAPE, ("i", "k"))) if x is not None}
+    got = sorted(on.rec(x).name.split(" (")[0] for x in sources)
+    # both layers of each net, the acting log-softmax (batched over t by vectorize), and the acting
+    # values V(o) (new_v at θ@acting; the minibatch's old values read the same block)
+    assert got == ["ppo.Categorical.log_probs", "ppo.actor.tanh", "ppo.actor.tanh", "ppo.critic.tanh",
+                   "ppo.critic.tanh", "ppo.v"]
+
+
 def test_ppo_gather_of_rows_is_an_option_off_by_default():
     # through the shuffle's gather of rows the rewrite measured slower on numba: only on request
     default, off = _ppo(1, 1, rows=False), _ppo(1, 1, reuse=False)
@@ -221,9 +252,9 @@ def test_ppo_later_updates_are_not_at_the_acting_parameters(epochs, minibatches)
         assert len(ops(on, op, ("i", "k"))) == len(ops(off, op, ("i", "k")))
 
 
-@pytest.mark.parametrize("backend", ["numpy", "numba"])
-def test_ppo_values_with_and_without(backend):
-    args = _args(P, epochs=1, minibatches=1, total_steps=24)
+@pytest.mark.parametrize("backend,shuffle", [("numpy", True), ("numba", True), ("numba", False)])
+def test_ppo_values_with_and_without(backend, shuffle):
+    args = _args(P, epochs=1, minibatches=1, total_steps=24, shuffle_whole_batch=shuffle)
     keys = ("pg_loss", "v_loss", "entropy", "approx_kl")
     want = _history(P.build, args, "reference", keys=keys)
     for on in (True, False):

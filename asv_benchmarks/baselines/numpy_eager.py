@@ -244,6 +244,10 @@ class PPO(_Learner):
         args, B = self.args, self.args.batch_size
         mb_size = B // args.minibatches
         for _ in range(args.epochs):
+            if args.minibatches == 1:  # the whole batch, in rollout order, as timerl's PPO reads it (the
+                _, grads = self.loss_and_grads(b)  # update is a shuffle's up to the order of its sums)
+                self.opt.step(grads)
+                continue
             perm = self.rng.permutation(B)
             for start in range(0, B, mb_size):
                 idx = perm[start:start + mb_size]

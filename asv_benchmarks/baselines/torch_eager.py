@@ -179,6 +179,9 @@ class PPO(_Learner):
              "values": self.values.reshape(-1)}
         mb_size = B // args.minibatches
         for _ in range(args.epochs):
+            if args.minibatches == 1:  # the whole batch, in rollout order, as timerl's PPO reads it
+                self.step_optimizer(self.loss(b))
+                continue
             perm = torch.randperm(B, device=self.device)
             for start in range(0, B, mb_size):
                 mb = perm[start:start + mb_size]

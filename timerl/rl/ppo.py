@@ -10,6 +10,12 @@ start of the iteration; GAE is a backward recurrence over ``t`` bootstrapped fro
 critic on ``o[i, T]``; the learner reads the rollout through constant slices
 (``o[i, 0:T]``, with T fixed at build time), draws a fresh ``tl.random.permutation`` per epoch and takes minibatch
 ``k % minibatches`` of it; ``opt.step(loss, dim=k)`` adds the update recurrence along ``k``.
+
+With one minibatch (``minibatches=1``) the minibatch is the whole rollout and is read in rollout order
+(``shuffle_whole_batch=True`` shuffles it, as CleanRL does): a shuffle would change only the order of
+the loss's sums over rows. Read in order at the acting parameters (one epoch), the learner's forward
+pass is the acting one, and the ``reuse`` pass makes the backward pass read the acting activations
+instead of computing them again (:mod:`timerl.passes.reuse`).
 """
 
 from __future__ import annotations
@@ -42,6 +48,9 @@ class Args(CommonArgs):
     """normalise advantages per minibatch"""
     clip_vloss: bool = True
     """clip the value loss like the surrogate (as in the original implementation)"""
+    shuffle_whole_batch: bool = False
+    """shuffle the rollout also when one minibatch is the whole batch (CleanRL does): the update is the
+    same up to the order of the loss's sums; unshuffled, the learner reads the acting activations"""
 
 
 def check(args):
@@ -104,13 +113,17 @@ def build(args: Args, callback=None, checkpoint=None):
         b_logp, b_adv, b_ret, b_v = batch(logp), batch(adv), batch(ret), batch(v)
 
         # -- minibatch k: a fresh shuffle per epoch, minibatch k % M of it --------------------------------
-        perm = named(tl.random.permutation(B, domain=(i, k)), "perm")
-        shuffle = tl.placeholder((B,), "int64", (i, k), name="shuffle")
-        shuffle[(k % M) == 0] = perm
-        shuffle[True] = shuffle[i, k - 1]
-        idx = shuffle.reshape((M, mb)).take(tl.dim_value(k) % M, axis=0)     # (mb,)
-        mb_obs, mb_a = b_obs.take(idx, axis=0), b_a.take(idx, axis=0)
-        mb_logp, mb_adv, mb_ret, mb_v = (x.take(idx, axis=0) for x in (b_logp, b_adv, b_ret, b_v))
+        if M > 1 or args.shuffle_whole_batch:
+            perm = named(tl.random.permutation(B, domain=(i, k)), "perm")
+            shuffle = tl.placeholder((B,), "int64", (i, k), name="shuffle")
+            shuffle[(k % M) == 0] = perm
+            shuffle[True] = shuffle[i, k - 1]
+            idx = shuffle.reshape((M, mb)).take(tl.dim_value(k) % M, axis=0)     # (mb,)
+            mb_obs, mb_a = b_obs.take(idx, axis=0), b_a.take(idx, axis=0)
+            mb_logp, mb_adv, mb_ret, mb_v = (x.take(idx, axis=0) for x in (b_logp, b_adv, b_ret, b_v))
+        else:  # one minibatch is the whole batch: its order changes only the order of the loss's sums, and
+            # read in rollout order the learner's forward pass is the acting one (the reuse pass drops it)
+            mb_obs, mb_a, mb_logp, mb_adv, mb_ret, mb_v = b_obs, b_a, b_logp, b_adv, b_ret, b_v
 
         # -- losses at update k --------------------------------------------------------------------------
         new = actor.dist(mb_obs)
