@@ -252,9 +252,19 @@ def test_ppo_later_updates_are_not_at_the_acting_parameters(epochs, minibatches)
         assert len(ops(on, op, ("i", "k"))) == len(ops(off, op, ("i", "k")))
 
 
-@pytest.mark.parametrize("backend,shuffle", [("numpy", True), ("numba", True), ("numba", False)])
-def test_ppo_values_with_and_without(backend, shuffle):
-    args = _args(P, epochs=1, minibatches=1, total_steps=24, shuffle_whole_batch=shuffle)
+def test_ppo_second_epoch_in_rollout_order_is_not_reused():
+    # unshuffled, two epochs of one minibatch: update k = 1 runs at θ[i, 1], so the learner's layers,
+    # which run at every k, still read the rollout through the block merged into rows but are not
+    # the acting ones: none is rewritten
+    on, off = _ppo(2, 1, shuffle=False), _ppo(2, 1, reuse=False, shuffle=False)
+    for op in FORWARD + (Op.REDUCE,):
+        assert len(ops(on, op, ("i", "k"))) == len(ops(off, op, ("i", "k")))
+
+
+@pytest.mark.parametrize("backend,shuffle,epochs", [("numpy", True, 1), ("numba", True, 1), ("numpy", False, 1),
+                                                    ("numba", False, 1), ("numba", False, 2)])
+def test_ppo_values_with_and_without(backend, shuffle, epochs):
+    args = _args(P, epochs=epochs, minibatches=1, total_steps=24, shuffle_whole_batch=shuffle)
     keys = ("pg_loss", "v_loss", "entropy", "approx_kl")
     want = _history(P.build, args, "reference", keys=keys)
     for on in (True, False):

@@ -116,9 +116,9 @@ def load(src: str):
     return mod.kernel
 
 
-def drop_linking_ir(dispatcher) -> int:
+def drop_linking_ir(dispatcher):
     """Free the LLVM module numba keeps beside a compiled function for linking it into other numba
-    functions; returns how many it freed.
+    functions.
 
     Loaded from the on-disk cache, a function's library holds its machine code in the JIT and also
     its whole LLVM IR, parsed from the cached bitcode, for the case that another jitted function calls
@@ -126,13 +126,10 @@ def drop_linking_ir(dispatcher) -> int:
     address (:mod:`timerl.runtime.jhelp`) and the interpreter through the dispatcher. Measured on
     n-step REINFORCE at obs 3x64x64 (34 kernels, 1.5 MB of bitcode): that IR held 14 MB. The machine
     code, the symbol table (``get_pointer_to_function``) and the dispatcher are untouched."""
-    freed = 0
-    for cres in list(dispatcher.overloads.values()):
+    for cres in dispatcher.overloads.values():
         lib = getattr(cres, "library", None)
-        if getattr(lib, "_shared_module", None) is not None:
+        if getattr(lib, "_shared_module", None) is not None:  # numba's private field: left alone if renamed
             lib._shared_module = None
-            freed += 1
-    return freed
 
 
 _malloc_tuned = False
