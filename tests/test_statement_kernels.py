@@ -387,3 +387,36 @@ def test_a_kernel_value_a_sink_keeps_gets_a_fresh_array_each_point():
     assert len(kept) == 4
     for got, ref in zip(kept, want):
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+def _backward_layer(n=4096):
+    """At each ``i``: ``((u @ w) * (1 - H * H)) @ w2`` with ``H`` stored (a backward pass's tanh factor
+    over activations another statement kept) and ``u`` an elementwise chain of another shape."""
+    rng = np.random.default_rng(0)
+    H = np.tanh(rng.normal(size=(2, n, 64))).astype("float32")
+    Y = rng.normal(size=(2, n, 1)).astype("float32")
+    w = rng.normal(size=(1, 64)).astype("float32")
+    w2 = rng.normal(size=(64, 3)).astype("float32")
+    want = [((Y[k] * 2.0 + 1.0) @ w * (1.0 - H[k] * H[k])) @ w2 for k in range(2)]
+
+    def build(i):
+        h = tl.tensor(H, domain=(i,), name="H")
+        d = 1.0 - h * h  # ready first, read only after the matmul
+        u = tl.tensor(Y, domain=(i,), name="Y") * 2.0 + 1.0
+        return [((u @ tl.tensor(w, name="w")) * d) @ tl.tensor(w2, name="w2")]
+
+    return build, want
+
+
+def test_a_factor_read_only_after_a_matmul_is_computed_in_its_readers_loop():
+    # the kernel's first ready run would be 1 - H * H alone (read only by the run after the matmul):
+    # the (n, 1) chain goes first, and the factor is a scalar of the loop that reads it, never an array
+    n = 4096
+    build, want = _backward_layer(n)
+    got, exe = _run(build, {"I": 2}, "numba")
+    for k in range(2):
+        np.testing.assert_allclose(got[k][0], want[k], rtol=1e-4, atol=1e-3)
+    (src,) = [s for s in exe.plan.kernels.values() if "gemm" in s]
+    body = src.split("\ndef kernel(", 1)[1]
+    # the matmul's result and the product the next matmul reads: two (n, 64) arrays, not three
+    assert body.count(f"np.empty(({n}, 64), np.float32)") == 2

@@ -727,21 +727,32 @@ class Render:
                     done.add(n)
                 continue
             shapes = [tuple(pdg.rec(n).shape) for n in ready]
-            shape = max(shapes, key=shapes.count)
-            run, grown = [], True
-            while grown:
-                grown = False
-                for n in seg:
-                    if n not in done and n in ew and tuple(pdg.rec(n).shape) == shape and deps[n] <= done:
-                        run.append(n)
-                        done.add(n)
-                        grown = True
-            late = self._later(run, ew, inseg, shape)
-            if late and len(late) < len(run):
-                run = [n for n in run if n not in late]
-                done -= late
+            # the shape with the most ready members first; a run all of whose members would rather be
+            # computed later (_later: read only by a later run of their shape) waits while another
+            # shape's run can go first, so that they are computed where they are read
+            order = sorted(set(shapes), key=lambda s: (-shapes.count(s), shapes.index(s)))
+            for shape in order + order[:1]:
+                run = self._grow(shape, ew, deps, done)
+                late = self._later(run, ew, inseg, shape)
+                if len(late) < len(run):
+                    run = [n for n in run if n not in late]
+                    break
+            done |= set(run)
             runs.append(run)
         return runs
+
+    def _grow(self, shape, ew, deps, done) -> list:
+        """The elementwise members of ``shape`` that can run after ``done``, grown while members of that
+        shape get ready (without changing ``done``)."""
+        run, have, grown = [], set(done), True
+        while grown:
+            grown = False
+            for n in self.seg:
+                if n not in have and n in ew and tuple(self.pdg.rec(n).shape) == shape and deps[n] <= have:
+                    run.append(n)
+                    have.add(n)
+                    grown = True
+        return run
 
     def _later(self, run, ew, inseg, shape) -> set:
         """Members of ``run`` to compute in a later run instead: read only by elementwise members of
