@@ -498,3 +498,34 @@ def test_a_rewrite_after_the_annotating_passes_drops_their_annotations(monkeypat
     pdg, _ = optimize(prog, bounds, check=True, backend="numba")
     assert not any(k in pdg.graph for k in passes.ANNOTATIONS)
     assert "groups" not in prog.pdg.graph  # the input is never annotated
+
+
+def test_fuse_computes_an_elementwise_factor_in_the_kernel_of_its_reader():
+    # ``1 - H * H`` is ready at the statement's start, but its one reader follows an interpreter member
+    # (here the matmul, judged not renderable): it goes to its reader's kernel, not the first one,
+    # where its array would live through everything between
+    from timerl.kernels import statement
+    from timerl.passes.fuse import order
+
+    prog = tl.Program("i")
+    (i,) = prog.dims
+    rng = np.random.default_rng(0)
+    with prog:
+        h = tl.tensor(np.tanh(rng.normal(size=(2, 8, 4))).astype("float32"), domain=(i,), name="H")
+        d = 1.0 - h * h
+        u = tl.tensor(rng.normal(size=(2, 8, 1)).astype("float32"), domain=(i,), name="Y") * 2.0
+        g = u @ tl.tensor(rng.normal(size=(1, 4)).astype("float32"), name="w")
+        tl.sink((g * d).sum(), lambda v, p: None)
+    pdg, _ = optimize(prog, {"I": 2}, check=True)
+    (mm,) = [n for n in pdg.nodes if pdg.rec(n).op is Op.MATMUL]
+    (prod,) = [c for c, _ in pdg.consumers(mm)]
+    (factor,) = [p for p, _ in pdg.inputs(prod) if p != mm]
+    (ms,) = [ms for _, ms in pdg.graph["groups"] if factor in ms]
+    assert mm in ms and prod in ms
+    out = order(pdg, list(ms), lambda n: n != mm and statement.renderable(pdg, n, ["i"]))
+    kernel_of = {n: k for k, (kind, x) in enumerate(out) if kind == "seg" for n in x}
+    glue = [k for k, (kind, x) in enumerate(out) if kind == "glue" and x == mm]
+    assert glue and kernel_of[prod] > glue[0]  # the product after the matmul
+    assert kernel_of[factor] == kernel_of[prod]  # and its factor with it
+    (square,) = [p for p, _ in pdg.inputs(factor) if pdg.rec(p).op is Op.BINARY]
+    assert kernel_of[square] == kernel_of[prod]  # h * h moves with 1 - h * h

@@ -64,7 +64,7 @@ def order(pdg, members, ok) -> list:
         n = min((n for n in members if n not in done and deps[n] <= done), key=pos.get)
         out.append(("glue", n))
         done.add(n)
-    return out
+    return _defer(pdg, out)
 
 
 #: ops that only view or move data: cut from their readers, each would be materialized as a
@@ -73,44 +73,59 @@ MOVEMENT = (Op.PERMUTE, Op.RESHAPE)
 
 
 def _chunks(pdg, seg) -> list:
-    """``seg`` (in a topological order) cut into kernels of at most about ``MAX_MEMBERS`` members,
-    then each movement op whose readers in ``seg`` all sit in later kernels moved to the first of
-    those (readers first, so chains of them move together): it stays a view there; and so each
-    elementwise op whose operands are stored anyway (:func:`_operands_kept`)."""
-    chunks = [seg[a:a + MAX_MEMBERS] for a in range(0, len(seg), MAX_MEMBERS)]
-    if len(chunks) == 1:
-        return chunks
-    where = {n: k for k, c in enumerate(chunks) for n in c}
-    for n in reversed(seg):
-        op = pdg.rec(n).op
-        if op not in MOVEMENT and not (op in ELEMENTWISE and _operands_kept(pdg, n, where)):
-            continue
-        readers = [where[c] for c, _ in pdg.consumers(n) if c in where]
-        if readers and min(readers) > where[n]:
-            chunks[where[n]].remove(n)
-            k = min(readers)
-            chunks[k].insert(0, n)
+    """``seg`` (in a topological order) cut into kernels of at most ``MAX_MEMBERS`` members."""
+    return [seg[a:a + MAX_MEMBERS] for a in range(0, len(seg), MAX_MEMBERS)]
+
+
+def _defer(pdg, out) -> list:
+    """``out`` (:func:`order`'s list) with each movement op whose readers in the statement all sit
+    in later kernels moved to the first of those when it is a kernel (readers first, so chains of
+    them move together): it stays a view there; and so each elementwise op whose operands are
+    stored anyway (:func:`_operands_kept`): a backward pass's ``1 - h * h`` made ready by the
+    statement's first reads is computed in the kernel of the layer that reads it, not in the
+    statement's first kernel, live through every kernel between (the actor's factors held through
+    the critic's backward pass when both share a statement)."""
+    where, glue = {}, set()
+    for k, (kind, x) in enumerate(out):
+        for n in (x if kind == "seg" else [x]):
             where[n] = k
-    return [c for c in chunks if c]
+        if kind == "glue":
+            glue.add(x)
+    for k in reversed(range(len(out))):
+        kind, seg = out[k]
+        if kind != "seg":
+            continue
+        for n in reversed(list(seg)):
+            op = pdg.rec(n).op
+            if op not in MOVEMENT and not (op in ELEMENTWISE and _operands_kept(pdg, n, where, glue)):
+                continue
+            readers = [where[c] for c, _ in pdg.consumers(n) if c in where]
+            if readers and min(readers) > k and out[min(readers)][0] == "seg":
+                seg.remove(n)
+                out[min(readers)][1].insert(0, n)
+                where[n] = min(readers)
+    return [(kind, x) for kind, x in out if kind != "seg" or x]
 
 
 ELEMENTWISE = (Op.UNARY, Op.BINARY, Op.WHERE, Op.CAST)
 
 
-def _operands_kept(pdg, n, where, depth=0) -> bool:
+def _operands_kept(pdg, n, where, glue, depth=0) -> bool:
     """Whether moving elementwise ``n`` to a later kernel stores nothing new: each operand is from
-    outside the segment, read by a later kernel anyway (so stored already), or an elementwise
-    operand read by ``n`` alone that moves with it under the same rule. Then ``n`` (a
+    another statement or an interpreter member of this one (stored), read by a later kernel anyway
+    (so stored already), or an elementwise operand or a view read by ``n`` alone that moves with it
+    under the same rule. Then ``n`` (a
     backward pass's ``1 - h * h``) is computed where it is read, as a scalar of that kernel's loop
     nest, and its array is never stored between the kernels."""
     for p, _ in pdg.inputs(n):
-        if p not in where:
+        if p not in where or p in glue:  # from another statement, or the interpreter's: stored
             continue
         if any(q != n and q in where and where[q] > where[p] for q, _ in pdg.consumers(p)):
             continue
-        # an elementwise operand read by ``n`` alone moves with it (``h * h`` under ``1 - h * h``)
-        if depth < 8 and pdg.rec(p).op in ELEMENTWISE and {q for q, _ in pdg.consumers(p)} == {n} and \
-                _operands_kept(pdg, p, where, depth + 1):
+        # an elementwise operand read by ``n`` alone moves with it (``h * h`` under ``1 - h * h``), and
+        # so does a view (the reshape of a stored activation under it)
+        if depth < 8 and pdg.rec(p).op in ELEMENTWISE + MOVEMENT and {q for q, _ in pdg.consumers(p)} == {n} and \
+                _operands_kept(pdg, p, where, glue, depth + 1):
             continue
         return False
     return True
