@@ -155,3 +155,35 @@ def test_optimizer_errors():
         x = tl.tensor(np.ones((2, 2)), (i,))
         with pytest.raises(tl.CompileError, match="not a parameter"):
             tl.optim.SGD([x], lr=0.1)
+
+
+def test_adjoints_inside_the_update_loop_need_no_zero_branch():
+    """The loss at (i, k) reads parameters that also have the point k = K (their values after the
+    last update), so the loss and what it computes have that point too, where no gradient flows.
+    Only a requested gradient must be zero there; every other adjoint is read only at the points
+    that reach the loss, so it is its consumer's vjp as it is, with no placeholder per backward op
+    (PPO's backward pass was dozens of one-op statements). Values: the test above and the
+    optimizer tests on every backend; here, the reference executor against numpy."""
+    I, K = 2, 3
+    Xs, ys = rng.normal(size=(I, N, D)), rng.normal(size=(I, N))
+    prog = tl.Program("i k")
+    i, k = prog.dims
+    got = {}
+    with prog:
+        w = tl.nn.Parameter((D,), domain=(i, k), init=np.full(D, 0.1), dtype="float64", name="w")
+        x = tl.tensor(Xs, (i,), name="X")
+        y = tl.tensor(ys, (i,), name="y")
+        loss = (tl.tanh(x @ w - y) ** 2).mean()
+        tl.optim.SGD([w], lr=0.5).step(loss, dim=k)
+        tl.sink(w, lambda v, p: got.__setitem__((p["i"], p["k"]), v.copy()))
+    pdg = prog.pdg
+    merges = sorted(pdg.rec(n).name.split(" (")[0] for n in pdg.nodes
+                    if pdg.rec(n).op is Op.MERGE and n != w.nid)
+    assert merges == ["sgd.grad(w)"], merges  # before: one more per op between w and the loss
+    prog.compile({"I": I, "K": K}, backend="reference").run()
+    w_np = np.full(D, 0.1)
+    for a in range(I):
+        for b in range(K):
+            np.testing.assert_allclose(got[(a, b)], w_np, rtol=1e-12, atol=1e-14)
+            z = Xs[a] @ w_np - ys[a]
+            w_np = w_np - 0.5 * Xs[a].T @ (2 * np.tanh(z) * (1 - np.tanh(z) ** 2)) / N

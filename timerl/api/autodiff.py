@@ -100,6 +100,7 @@ class _Backward:
         self.prog = y.prog
         self.pdg = y.prog.pdg
         self.y, self.xs = y, xs
+        self._targets = {x.nid for x in xs}
         for x in xs:
             if x.prog is not self.prog:
                 raise CompileError(f"tl.grad: {x.name!r} belongs to another program")
@@ -211,6 +212,15 @@ class _Backward:
             total = O.cast(total, node.dtype)
         return total
 
+    def _strict(self, n) -> bool:
+        """Must node ``n``'s adjoint be right at every point of ``n``? Only a requested gradient:
+        the adjoint of any other node is read only at its support (the pullbacks read their
+        consumer's adjoint restricted to the consumer's support), so where a consumer's vjp covers
+        that support it is the adjoint as it is, without a placeholder that is zero at the points
+        outside (a learner's loss has points at ``k = K``, where the parameters' final values are,
+        and no gradient there)."""
+        return n in self._targets
+
     def _zeros(self, n):
         node = self.pdg.rec(n)
         z = O.const(0, dtype=node.dtype, domain=node.domain)
@@ -229,7 +239,7 @@ class _Backward:
         node = self.y.node
         one = O.const(1, dtype=node.dtype, domain=node.domain)
         one = O.broadcast_to(one, node.shape) if node.shape else one
-        cond = self.rev.seed_cond(self.y.nid)
+        cond = self.rev.seed_cond(self.y.nid, strict=self._strict(self.y.nid))
         if cond is None:
             return one
         ph = O.placeholder(node.shape, node.dtype, node.domain, name=f"grad({node.name})")
@@ -276,7 +286,7 @@ class _Backward:
     # pulling a consumer's vjp back to the producer's points ----------------------------------------
     def _pullback(self, c, e, p):
         cnode, pnode = self.pdg.rec(c), self.pdg.rec(p)
-        got = self.rev.pieces(c, e.pos, p)
+        got = self.rev.pieces(c, e.pos, p, strict=self._strict(p))
         if got is None:
             return None
         covers, pieces = got

@@ -146,11 +146,12 @@ class Reverse:
     def box(self, n):
         return self.model.box(n)
 
-    def seed_cond(self, y):
+    def seed_cond(self, y, strict=True):
         """Where the loss ``y`` counts (``0 <= d < D``) as a condition over its points, or
-        None when that is all of its points."""
+        None when that is all of its points (``strict=False``: all of them that influence the
+        loss, its support, where every point outside ``0 <= d < D`` lies)."""
         pts, box = self.model.points(y), self.model.box_set(y)
-        if pts.is_subset(box):
+        if not strict or pts.is_subset(box):
             return None
         return self.syms.cond(box.gist(pts), self.pdg.rec(y).domain)
 
@@ -161,10 +162,11 @@ class Reverse:
         self.sccs = gradient_sccs(path, cons)
         self.S = self._supports(cons) if path else {}
 
-    def pieces(self, c, pos, p):
+    def pieces(self, c, pos, p, strict=True):
         """(``covers``, pieces) of the reversed edge, or None where no point of ``p`` is read:
-        ``covers`` says one piece holds at every point of ``p``; each piece is (sympy condition
-        over ``p``'s dims, [(lo, hi) sympy per dim of ``c``])."""
+        ``covers`` says one piece holds at every point of ``p`` (``strict=False``: at every point of
+        ``p``'s support, the only points where an adjoint that is not a requested gradient is
+        read); each piece is (sympy condition over ``p``'s dims, [(lo, hi) sympy per dim of ``c``])."""
         model = self.model
         acc = model.access(c, p, pos).intersect_domain(self.S[c])
         rev = acc.reverse().intersect_domain(model.points(p)).coalesce()
@@ -179,7 +181,8 @@ class Reverse:
                 cond = self.syms.cond(dom.gist(pts), pdims)
                 rng = [(self.syms.aff(lo, pdims), self.syms.aff(hi, pdims)) for lo, hi in bounds]
                 out.append((dom, cond, rng))
-        covers = len(out) == 1 and pts.is_subset(out[0][0])
+        need = pts if strict else self.S[p]
+        covers = len(out) == 1 and need.is_subset(out[0][0])
         return covers, [(cond, rng) for _, cond, rng in out]
 
     # supports ------------------------------------------------------------------------------------
