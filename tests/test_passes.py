@@ -529,3 +529,38 @@ def test_fuse_computes_an_elementwise_factor_in_the_kernel_of_its_reader():
     assert kernel_of[factor] == kernel_of[prod]  # and its factor with it
     (square,) = [p for p, _ in pdg.inputs(factor) if pdg.rec(p).op is Op.BINARY]
     assert kernel_of[square] == kernel_of[prod]  # h * h moves with 1 - h * h
+
+
+def _transposed_block_program(got):
+    """``y[i, k] = x[i]ᵀ @ z[i, k]``: a per-iteration block's transpose read at every update ``k``
+    (a learner's weight gradient over the rollout)."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(2, 4096, 8)).astype("float32")
+    Z = rng.normal(size=(2, 3, 4096, 5)).astype("float32")
+    prog = tl.Program("i k")
+    i, k = prog.dims
+    with prog:
+        y = tl.tensor(X, (i,), name="x").transpose(1, 0) @ tl.tensor(Z, (i, k), name="z")
+        tl.sink(y, lambda v, p: got.__setitem__((p["i"], p["k"]), np.array(v)))
+    return prog, [[X[a].T @ Z[a, b] for b in range(3)] for a in range(2)]
+
+
+def test_views_take_a_transpose_where_its_reader_runs():
+    # made once at i, the transpose is a copy its statement returns and stores through every update;
+    # taken at (i, k) it is a strided view of x[i] in the matmul's kernel: one (8, 4096) array less
+    got = {}
+    prog, want = _transposed_block_program(got)
+    pdg, _ = optimize(prog, {"I": 2, "K": 3}, check=True)
+    (perm,) = [n for n in pdg.nodes if pdg.rec(n).op is Op.PERMUTE]
+    assert [d.name for d in pdg.rec(perm).domain] == ["i", "k"]
+    peaks = {}
+    for on in (True, False):
+        got.clear()
+        prog, _ = _transposed_block_program(got)
+        exe = prog.compile(bounds={"I": 2, "K": 3}, backend="numba", passes={"views": on})
+        exe.run()
+        for a in range(2):
+            for b in range(3):
+                np.testing.assert_allclose(got[(a, b)], want[a][b], rtol=1e-4, atol=1e-3)
+        peaks[on] = exe.planned_peak()
+    assert peaks[False] - peaks[True] >= 8 * 4096 * 4

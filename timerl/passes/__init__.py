@@ -17,7 +17,7 @@ Rewrites (the graph changes):
   accumulator, and what feeds it stays per step (:mod:`.incrementalize`);
 - ``vectorize``: a dim that needs no order becomes a leading spatial axis (:mod:`.vectorize`);
 - ``views``: a permute or reshape read by several ops becomes one per reader, taken where it is
-  read; with the option ``split_outputs``, each read output of a several-output UDF gets an access
+  read (a transpose read over more dims moves into its reader's domain); with the option ``split_outputs``, each read output of a several-output UDF gets an access
   of its own (:mod:`.views`).
 
 Annotations (the graph is the same, with a record in ``pdg.graph`` that later stages only read):

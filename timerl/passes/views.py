@@ -19,6 +19,12 @@ owning its output (:func:`timerl.schedule.memory.views`). It is an option becaus
 accesses change the grouping: on PPO (Pendulum, 2 x 16) isl's scheduling went from under a second
 to 23 s, and PPO's GAE reads rewards and values together with the rollout anyway.
 
+A transpose read by one op over more dims than its own, at its own point, moves into its reader's
+domain: the learner's ``x[i]ᵀ`` read by the weight gradient at every update ``k`` of PPO's
+iteration ``i``, made once at ``i``, was a copy its statement returned and stored through every
+update (two of them, actor and critic: 49 MB at the paper's setting); taken at ``(i, k)`` it joins
+the matmul's statement and is a strided view there.
+
 Each copy is demanded where its reader reads it (the analysis is rerun), so a copy never runs at
 points only another reader reads. ``compile(passes={"views": False})`` keeps shared views; the
 values are the same either way.
@@ -26,8 +32,10 @@ values are the same either way.
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..ir.analysis import analyze
-from ..ir.ops import Edge, Op
+from ..ir.ops import Edge, Op, is_basis
 from .incrementalize import with_own_outputs
 
 #: the views this pass copies per reader (and the ``group`` pass joins to their reader first); the
@@ -41,7 +49,8 @@ def views(prog, pdg, bounds, analysis, ctx=None):
     shared = [n for n in analysis.live if pdg.rec(n).op in PER_READER and len({c for c, _ in pdg.consumers(n)}) > 1]
     split = ctx is not None and ctx.switches.get("split_outputs", False)
     outputs = _udf_outputs(pdg, analysis.live) if split else []
-    if not shared and not outputs:
+    inward = [n for n in analysis.live if _takes_inward(pdg, n)]
+    if not shared and not outputs and not inward:
         return pdg, analysis
     out, nxt = with_own_outputs(pdg, outputs)
     # a view of a view: copies of the inner one first would leave the outer's copies sharing it
@@ -56,7 +65,45 @@ def views(prog, pdg, bounds, analysis, ctx=None):
                 out.remove_edge(c, n, key)
                 out.add_dep(c, nxt, Edge(pos=e.pos, out=e.out, index=e.index, cond=e.cond, shift=e.shift))
             nxt += 1
+    _move_inward(out)
     return out, analyze(prog, out, bounds)
+
+
+def _takes_inward(pdg, n) -> bool:
+    """Whether view ``n`` is read by one op only, over more dims than its own, at its own point: the
+    learner's transposed rollout block ``permute(x[i])`` read by the weight gradient at every update
+    ``k`` of iteration ``i``. Made once at ``i`` it is a stored copy (a statement returns its
+    members as arrays) held through every update; taken at ``(i, k)`` it joins its reader's statement
+    and is a strided view there (BLAS reads a transpose for free)."""
+    node = pdg.rec(n)
+    if node.op is not Op.PERMUTE:  # a reshape of a stored array is a view wherever it is taken
+        return False
+    cons = pdg.consumers(n)
+    if len({c for c, _ in cons}) != 1:
+        return False
+    dc = pdg.rec(cons[0][0]).domain
+    names = {d.name for d in dc}
+    return len(dc) > len(node.domain) and all(d.name in names for d in node.domain) and \
+        all(e.cond is None and not e.shift and is_basis(e, node.domain) for _, e in cons)
+
+
+def _move_inward(out):
+    """Each view :func:`_takes_inward` moved to its reader's domain, read there at the same point
+    (repeated: a transpose of a transpose follows its reader in)."""
+    moved = True
+    while moved:
+        moved = False
+        for n in sorted(out.nodes):
+            if not _takes_inward(out, n):
+                continue
+            c = out.consumers(n)[0][0]
+            dc = out.rec(c).domain
+            out.nodes[n]["node"] = dataclasses.replace(out.rec(n), domain=dc)
+            for _, _, key, d in list(out.in_edges(n, keys=True, data=True)):
+                e = d["edge"]
+                out.remove_edge(c, n, key)
+                out.add_dep(c, n, Edge(pos=e.pos, out=e.out, index=tuple(x.e for x in dc)))
+            moved = True
 
 
 views.takes_context = True
