@@ -731,12 +731,14 @@ class Render:
             # computed later (_later: read only by a later run of their shape) waits while another
             # shape's run can go first, so that they are computed where they are read
             order = sorted(set(shapes), key=lambda s: (-shapes.count(s), shapes.index(s)))
-            for shape in order + order[:1]:
+            for shape in order:
                 run = self._grow(shape, ew, deps, done)
                 late = self._later(run, ew, inseg, shape)
                 if len(late) < len(run):
                     run = [n for n in run if n not in late]
                     break
+            else:  # every ready run would rather wait: the commonest shape's runs as it is
+                run = self._grow(order[0], ew, deps, done)
             done |= set(run)
             runs.append(run)
         return runs
