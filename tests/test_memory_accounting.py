@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import timerl as tl
+from timerl.ir.ops import Op
 from timerl.kernels import cpu, statement
 from timerl.runtime import interpreter
 
@@ -197,3 +198,38 @@ def test_monte_carlo_returns_do_not_hold_the_environment_steps_observations(back
     rollout = N * T * int(np.prod(obs)) * 4
     assert off.planned_peak() - on.planned_peak() > 0.8 * rollout
     assert on.stats["peak_bytes"] == on.planned_peak() and off.stats["peak_bytes"] == off.planned_peak()
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_gae_does_not_hold_the_environment_steps_observations(backend, monkeypatch):
+    """GAE's delta reads each step's reward and done flags with the next step's value, so it runs
+    with the advantages' backward recurrence, after the rollout. Each output of the environment
+    step is read through an access of its own that joins the step's statement (``split_outputs``,
+    on unless switched off), so each step's observation is freed once the next step has copied it
+    into ``o``: the planned peak is lower than with the switch off by most of a rollout of
+    observations, the measured peak is the planned one, and the losses are the same."""
+    N, T, obs = 4, 32, (3, 16, 16)
+    kw = dict(env="trivial", num_envs=N, num_steps=T, obs_shape=obs, hidden=8, epochs=1, minibatches=1,
+              total_steps=N * T * 2, backend=backend, compiled_env=False)  # the host env: one UDF
+    on = tl.rl.ppo(**kw)
+    on.run()
+    mod = importlib.import_module("timerl.rl.ppo")
+    build = mod.compile_algorithm
+    monkeypatch.setattr(mod, "compile_algorithm",
+                        lambda *a, **k: build(*a, passes=lambda args: {"split_outputs": False}))
+    off = tl.rl.ppo(**kw)
+    off.run()
+    for key in ("pg_loss", "v_loss"):
+        assert [r[key] for r in on.history.rows] == [r[key] for r in off.history.rows]
+    step = on.pdg.graph["groups"]
+    (udf,) = [n for n in on.pdg if on.pdg.rec(n).op is Op.UDF and len(on.pdg.rec(n).shapes) > 1]
+    outs = {udf} | {c for c, _ in on.pdg.consumers(udf)}
+    assert any(outs <= set(ms) for _, ms in step)  # the accesses joined the step's statement
+    rollout = N * T * int(np.prod(obs)) * 4
+    held = {}
+    for name, exe in (("on", on), ("off", off)):
+        held[name] = exe.plan.planned_peak(exe.prog, exe.pdg, exe.bounds, exe.seed, exe.backend, holders=True)[1]
+        assert exe.stats["peak_bytes"] == exe.planned_peak()
+    assert held["off"].get(udf, 0) >= rollout  # every step's tuple waits for GAE
+    assert sum(held["on"].get(n, 0) for n in outs) <= 2 * rollout // T  # two steps' observations at most
+    assert off.planned_peak() - on.planned_peak() > rollout // 2

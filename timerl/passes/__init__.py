@@ -17,8 +17,8 @@ Rewrites (the graph changes):
   accumulator, and what feeds it stays per step (:mod:`.incrementalize`);
 - ``vectorize``: a dim that needs no order becomes a leading spatial axis (:mod:`.vectorize`);
 - ``views``: a permute or reshape read by several ops becomes one per reader, taken where it is
-  read (a transpose read over more dims moves into its reader's domain); with the option ``split_outputs``, each read output of a several-output UDF gets an access
-  of its own (:mod:`.views`).
+  read (a transpose read over more dims moves into its reader's domain), and each read output of a
+  several-output UDF gets an access of its own unless ``split_outputs`` is switched off (:mod:`.views`).
 
 Annotations (the graph is the same, with a record in ``pdg.graph`` that later stages only read):
 
@@ -57,7 +57,8 @@ PIPELINE = [("simplify", simplify), ("cse", cse), ("dce", dce), ("reuse", reuse)
             ("group", group), ("fuse", fuse)]
 ANNOTATIONS = (GROUPS, JOINS, SEGMENTS)  # the pdg.graph keys the annotating passes write
 ANNOTATING = ("group", "fuse")
-#: switches of a pass's variant, off unless given (``compile(passes={"reuse_rows": True})``)
+#: switches of a pass's variant (``compile(passes={"reuse_rows": True})``): off unless given, except
+#: ``split_outputs``, on unless switched off
 OPTIONS = ("reuse_rows", "incrementalize_all", "split_outputs")
 # switches the scheduler read before grouping became a pass; none now (kept for callers)
 SCHEDULER_SWITCHES = ()

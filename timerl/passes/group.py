@@ -61,6 +61,17 @@ def _renamed(s, name):
     return s.set_tuple_name(name)
 
 
+def _several_outputs(pdg, p) -> bool:
+    node = pdg.rec(p)
+    return node.op is Op.UDF and len(node.shapes) > 1
+
+
+def _own_output(pdg, c) -> bool:
+    """Whether ``c`` is an access of one output of a several-output UDF at its point, alone."""
+    ins = pdg.inputs(c)
+    return pdg.rec(c).op is Op.ACCESS and len(ins) == 1 and _several_outputs(pdg, ins[0][0])
+
+
 def _same_point(pdg, c, p, e) -> bool:
     return pdg.rec(c).domain == pdg.rec(p).domain and is_basis(e, pdg.rec(p).domain)
 
@@ -232,10 +243,16 @@ def make_groups(pdg, analysis, enabled=True, siblings=True, restrict=None, joins
         # (a transposed copy of each observation, on the numba backend)
         views_first = [(c, p, e) for p in live if pdg.rec(p).op in PER_READER
                        for c, e in [next(iter(pdg.consumers(p)))] if len(pdg.consumers(p)) == 1]
-        pairs = views_first + [(c, p, e) for c in live for p, e in pdg.inputs(c)]
+        # the access of one output of a several-output UDF (the ``views`` pass's ``split_outputs``)
+        # joins the UDF's statement first: the UDF's tuple is then freed where it is made, and each
+        # output lives as long as its own readers (an env step's observation until the next step
+        # copies it, its reward and done flags until GAE reads them after the rollout)
+        outputs_first = [(c, p, e) for p in live if _several_outputs(pdg, p)
+                         for c, e in pdg.consumers(p) if _own_output(pdg, c)]
+        pairs = outputs_first + views_first + [(c, p, e) for c in live for p, e in pdg.inputs(c)]
         for c, p, e in pairs:
-            if c not in parent or _alone(pdg, c) or p not in parent or pdg.rec(p).op is Op.UDF \
-                    or not _same_point(pdg, c, p, e):
+            if c not in parent or _alone(pdg, c) or p not in parent or not _same_point(pdg, c, p, e) \
+                    or pdg.rec(p).op is Op.UDF and not _own_output(pdg, c):
                 continue
             dc, dp = analysis.demand[c], analysis.demand[p]
             if not _renamed(dp, stmt(c)).is_equal(dc):
