@@ -418,5 +418,32 @@ def test_a_factor_read_only_after_a_matmul_is_computed_in_its_readers_loop():
         np.testing.assert_allclose(got[k][0], want[k], rtol=1e-4, atol=1e-3)
     (src,) = [s for s in exe.plan.kernels.values() if "gemm" in s]
     body = src.split("\ndef kernel(", 1)[1]
-    # the matmul's result and the product the next matmul reads: two (n, 64) arrays, not three
-    assert body.count(f"np.empty(({n}, 64), np.float32)") == 2
+    # the product the next matmul reads is computed in the array the first matmul wrote: one (n, 64)
+    # array (two with the matmul's result in an array of its own, three before the factor moved)
+    assert body.count(f"np.empty(({n}, 64), np.float32)") == 1
+
+
+def test_a_matmul_writes_its_product_where_the_loop_reading_it_writes_its_result():
+    """``tanh(x @ w + b)`` and ``(x @ w) * 3``, both returned: the matmul's product gets no array
+    of its own; it is written into the array of a member of the loop nest that reads it, at or after
+    the product's last reader in that nest (each element is read before it is overwritten). The
+    values are numpy's; the kernel allocates the two returned (n, 64) arrays and nothing else of
+    that shape."""
+    n = 512
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(2, n, 16)).astype("float32")
+    W = rng.normal(size=(16, 64)).astype("float32")
+    B = rng.normal(size=(64,)).astype("float32")
+
+    def build(i):
+        y = tl.tensor(X, domain=(i,), name="x") @ tl.tensor(W, name="w")
+        return [tl.tanh(y + tl.tensor(B, name="b")), y * 3.0]
+
+    got, exe = _run(build, {"I": 2}, "numba")
+    for k in range(2):
+        y = X[k] @ W
+        np.testing.assert_allclose(got[k][0], np.tanh(y + B), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(got[k][1], y * 3.0, rtol=1e-4, atol=1e-4)
+    (src,) = [s for s in exe.plan.kernels.values() if "gemm" in s]
+    body = src.split("\ndef kernel(", 1)[1]
+    assert body.count(f"np.empty(({n}, 64), np.float32)") == 2 and "reshape((512, 64)))" in body

@@ -326,6 +326,12 @@ class Render:
         self.helpers = []  # module-level functions the kernel calls (its elementwise loop nests)
         self.tmp = 0
         self.tview = {}  # transposed views (read by matmuls only): name -> the C-ordered matrix viewed
+        # a matmul's product written into the array of the member of a later loop nest that
+        # consumes it (:meth:`_epilogue`): that member -> the matmul; its loop nest then reads the
+        # product from the member's own array, element by element before writing it
+        self.into = {}
+        self.alias = {}  # the matmul's name -> that member's (the loop nest reads one array)
+        self._plan = None
 
     # names -------------------------------------------------------------------------
     def arg(self, p, e):
@@ -333,7 +339,7 @@ class Render:
         if p in self.local:
             j = self.local[p]
             node = self.pdg.rec(p)
-            return f"v{j}", tuple(node.shape), np.dtype(node.dtype)
+            return self.alias.get(f"v{j}", f"v{j}"), tuple(node.shape), np.dtype(node.dtype)
         key = (p, e.out)
         if key not in self.extkey:
             self.extkey[key] = len(self.ext)
@@ -369,6 +375,8 @@ class Render:
         target = tuple(node0.shape)
         size = int(np.prod(st(target)))
         for n in run:
+            if n in self.into:  # its array exists: a matmul wrote its product there (_epilogue)
+                continue
             if n in self.outs:  # straight into the caller's array
                 self.emit(f"v{self.local[n]} = o{self.outs.index(n)}")
                 self.inplace.add(n)
@@ -473,6 +481,18 @@ class Render:
             # and a flag
             ga, ta = (self.tview[a], "t") if a in self.tview else (a2, "n")
             gb, tb = (self.tview[b], "t") if b in self.tview else (b2, "n")
+            into = self._epilogue(n)
+            if into is not None:  # the product goes where the loop nest reading it writes its result
+                u = f"v{self.local[into]}"
+                if into in self.outs:
+                    self.emit(f"{u} = o{self.outs.index(into)}")
+                    self.inplace.add(into)
+                else:
+                    self.emit(f"{u} = np.empty({st(self.pdg.rec(into).shape)}, np.{dt})")
+                self.into[into] = n
+                self.alias[v] = u
+                self.emit(f"gemm_{ta}{tb}({ga}, {gb}, {u}.reshape(({m}, {nn})))")
+                return
             w = self.fresh()
             self.emit(f"{w} = np.empty(({m}, {nn}), np.{dt})")
             self.emit(f"gemm_{ta}{tb}({ga}, {gb}, {w})")
@@ -776,6 +796,36 @@ class Render:
                     changed = True
         return late
 
+    def _epilogue(self, n):
+        """The member whose array matmul ``n`` can write its product into, or None: every reader of
+        the product is in one later loop nest of its shape (the product is not returned or stored),
+        and the member, of its shape and dtype, is stored as an array and comes in that nest at or
+        after the product's last reader. Each iteration then reads the product's element before the
+        member's element, the same one, is written: a layer's ``tanh(x @ w + b)`` is computed in the
+        array the matmul wrote, and the product needs no array of its own (a batch of the layer's
+        width less while the kernel runs)."""
+        pdg, (ew, runs, needed) = self.pdg, self._plan
+        if n in self.returned or n in self.outs:
+            return None
+        node = pdg.rec(n)
+        shape, dt = tuple(node.shape), np.dtype(node.dtype)
+        cons = [c for c, _ in pdg.consumers(n)]
+        if not cons or any(c not in self.local or c not in ew for c in cons):
+            return None
+        where = {k for k, r in enumerate(runs) for c in cons if c in r}
+        if len(where) != 1:
+            return None
+        order = runs[where.pop()]
+        if tuple(pdg.rec(order[0]).shape) != shape:
+            return None
+        last = max(order.index(c) for c in cons)
+        for m in order[last:]:
+            mn = pdg.rec(m)
+            if m in needed and m not in self.into and tuple(mn.shape) == shape and np.dtype(mn.dtype) == dt \
+                    and len(shape) >= 1:
+                return m
+        return None
+
     def plan_runs(self):
         """``(elementwise members, runs, needed)``: the segment cut into runs (:meth:`runs`) and the
         members that must exist as arrays: read by a non-elementwise member, by another run, or
@@ -794,7 +844,7 @@ class Render:
 
     def source(self):
         pdg = self.pdg
-        ew, runs, needed = self.plan_runs()
+        ew, runs, needed = self._plan = self.plan_runs()
         group = []  # consecutive runs' loop nests, one function (a function costs numba about 0.1 s)
         for r in runs:
             if r[0] in ew:
@@ -851,6 +901,7 @@ _ASSIGN = re.compile(r"^\s*(\w+) = (.*)$")
 _ALLOC = re.compile(r"^(?:np\.(?:empty|zeros|ones)|POOL\.empty)\(\(([\d, ]*)\),\s*np\.(\w+)\)$")
 _VIEW = re.compile(r"^\(?(\w+)\)?(?:\.reshape\(|\.T$|\[)")
 _NAME = re.compile(r"\b[A-Za-z_]\w*\b")
+_OUT = re.compile(r"^o\d+$")
 
 
 def transient_bytes(pdg, seg, src) -> int:
@@ -870,6 +921,8 @@ def transient_bytes(pdg, seg, src) -> int:
         if m is None:
             continue
         name, expr = m.groups()
+        if _OUT.match(expr):  # the caller's array (a store or a slot's own array): counted there
+            continue
         a, v = _ALLOC.match(expr), _VIEW.match(expr)
         if a is not None:
             nbytes = ops_nbytes([int(x) for x in a.group(1).replace(" ", "").split(",") if x], a.group(2))
