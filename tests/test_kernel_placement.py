@@ -4,7 +4,7 @@ Three placements the random programs of ``tests/test_fuzz.py`` do not reach: a t
 more dims, taken in its reader's domain (the ``views`` pass); an elementwise factor whose reader
 follows an interpreter member, computed in the reader's kernel (the ``fuse`` pass); a loop nest
 read only by a later nest of its shape, deferred while another shape's nest runs (the numba kernel
-generator). Each program is first checked to take its path, then run in every configuration of
+generator); the outputs of a several-output UDF read in its statement (the ``group`` pass). Each program is first checked to take its path, then run in every configuration of
 the fuzz checker (``fuzz.check.CONFIGS``: each backend with its defaults, each pass off, each
 option on, checking mode, the least memory budget)."""
 
@@ -61,8 +61,29 @@ def factor_after_matmul(sink):
     return prog, {"I": 2}
 
 
+def env_step_outputs(sink):
+    """An environment step returning ``(obs, reward)``: the next observation read a step later, the
+    rewards by a backward recurrence after the rollout, the observations as a block by a learner
+    (the host env's PPO and REINFORCE in small). Each output is read through an access of its own,
+    in the step's statement (``split_outputs``) when it is demanded at the same points as the step:
+    here every step's observation is read, the last one as ``o[i, T]``."""
+    prog = tl.Program("i t")
+    (i, t), (_, T) = prog.dims, prog.bounds
+    with prog:
+        o = tl.placeholder((4, 8), "float32", (i, t), name="obs")
+        o[i, 0] = tl.tensor(X[:, :4, :], (i,), name="start")
+        nxt, r = tl.udf(lambda x: (np.tanh(x * 0.9 + 0.1).astype("float32"), x.mean(axis=1).astype("float32")),
+                        [o], [(4, 8), (4,)], ["float32", "float32"])
+        o[i, t + 1] = nxt
+        g = tl.placeholder((4,), "float32", (i, t), name="G")
+        g[i, T - 1] = r
+        g[i, t] = r + 0.9 * g[i, t + 1]
+        tl.sink((o[i, 0:6].sum(axis=2) * g[i, 0:6]).sum() + o[i, T].sum(), sink)  # o[T]: as PPO's next start
+    return prog, {"I": 2, "T": 6}
+
+
 PROGRAMS = {"transposed_block": transposed_block, "factor_after_glue": factor_after_glue,
-            "factor_after_matmul": factor_after_matmul}
+            "factor_after_matmul": factor_after_matmul, "env_step_outputs": env_step_outputs}
 
 
 def _run(build, backend, **kw):
@@ -98,6 +119,12 @@ def test_each_program_takes_its_path():
     exe = prog.compile(bounds, backend="numba")
     (src,) = [s for s in exe.plan.kernels.values() if "gemm" in s or "matmul" in s]
     assert src.split("\ndef kernel(", 1)[1].count("np.empty((64, 16), np.float32)") == 1
+    # the step's output accesses run in its statement
+    prog, bounds = env_step_outputs(lambda v, p: None)
+    pdg, _ = optimize(prog, bounds, check=True)
+    (udf,) = [n for n in pdg.nodes if pdg.rec(n).op is Op.UDF]
+    outs = {udf} | {c for c, _ in pdg.consumers(udf)}
+    assert len(outs) == 3 and any(outs <= set(ms) for _, ms in pdg.graph["groups"])
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))

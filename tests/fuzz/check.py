@@ -2,7 +2,7 @@
 
 ``CONFIGS`` lists ``(backend, compile keywords)``: each backend with its defaults, with
 each pass of ``timerl.passes`` switched off in turn (new passes are picked up by name),
-with each of its options (``timerl.passes.OPTIONS``, off by default) switched on in turn,
+with each of its options (``timerl.passes.OPTION_DEFAULTS``) switched from its default in turn,
 in checking mode (every read and free instrumented), and the first backend under the
 least ``memory_budget`` the compiler says it can meet. ``differences`` returns one
 line per configuration whose sinks differ from the reference executor's, or that fails
@@ -18,7 +18,7 @@ import numpy as np
 from programs.collect import Collect
 
 import timerl as tl
-from timerl.passes import OPTIONS, PIPELINE
+from timerl.passes import OPTION_DEFAULTS, PIPELINE
 
 from .gen import Desc, build
 
@@ -37,7 +37,7 @@ def configs(backends=BACKENDS):
     for be in backends:
         out.append((be, {}))
         out += [(be, {"passes": {p: False}}) for p in PASSES]
-        out += [(be, {"passes": {o: True}}) for o in OPTIONS]  # the variants off unless asked for
+        out += [(be, {"passes": {o: not on}}) for o, on in OPTION_DEFAULTS.items()]
         out.append((be, {"check": True}))
     out.append((backends[0], {"memory_budget": "least"}))
     return out

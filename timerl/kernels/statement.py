@@ -392,7 +392,10 @@ class Render:
         params = list(dict.fromkeys([nm for nm, _, _ in opers] + [f"v{self.local[n]}" for n in run if n in needed]))
         body_start = len(self.lines)
         if flat and len(target) > 1:
-            views = {}
+            # a matmul's product read from a member's own array (_epilogue) is read through that
+            # member's flat view: one pointer read and written at the same index, which LLVM's
+            # overlap check at the loop's entry lets through
+            views = {f"v{self.local[n]}": f"v{self.local[n]}f" for n in run if n in needed}
             for nm, s, _ in opers:
                 if len(s) and nm not in views:
                     views[nm] = f"{nm}f{self.fresh()}"
@@ -809,6 +812,8 @@ class Render:
             return None
         node = pdg.rec(n)
         shape, dt = tuple(node.shape), np.dtype(node.dtype)
+        if not shape:
+            return None
         cons = [c for c, _ in pdg.consumers(n)]
         if not cons or any(c not in self.local or c not in ew for c in cons):
             return None
@@ -821,8 +826,7 @@ class Render:
         last = max(order.index(c) for c in cons)
         for m in order[last:]:
             mn = pdg.rec(m)
-            if m in needed and m not in self.into and tuple(mn.shape) == shape and np.dtype(mn.dtype) == dt \
-                    and len(shape) >= 1:
+            if m in needed and m not in self.into and tuple(mn.shape) == shape and np.dtype(mn.dtype) == dt:
                 return m
         return None
 

@@ -57,9 +57,10 @@ PIPELINE = [("simplify", simplify), ("cse", cse), ("dce", dce), ("reuse", reuse)
             ("group", group), ("fuse", fuse)]
 ANNOTATIONS = (GROUPS, JOINS, SEGMENTS)  # the pdg.graph keys the annotating passes write
 ANNOTATING = ("group", "fuse")
-#: switches of a pass's variant (``compile(passes={"reuse_rows": True})``): off unless given, except
-#: ``split_outputs``, on unless switched off
-OPTIONS = ("reuse_rows", "incrementalize_all", "split_outputs")
+#: switches of a pass's variant (``compile(passes={"reuse_rows": True})``) and their defaults, which
+#: :func:`run_passes` puts in the :class:`PassContext` (a pass reads ``ctx.switches[name]``)
+OPTION_DEFAULTS = {"reuse_rows": False, "incrementalize_all": False, "split_outputs": True}
+OPTIONS = tuple(OPTION_DEFAULTS)
 # switches the scheduler read before grouping became a pass; none now (kept for callers)
 SCHEDULER_SWITCHES = ()
 
@@ -96,7 +97,7 @@ def run_passes(prog, pdg, bounds, analysis, switches, times, check=False, ctx=No
     ``ctx``: the :class:`PassContext` (the ``fuse`` pass records nothing without a kernel generator)."""
     switches = dict(switches or {})
     check_switches(switches)
-    ctx = dataclasses.replace(ctx or PassContext(), switches=switches)
+    ctx = dataclasses.replace(ctx or PassContext(), switches={**OPTION_DEFAULTS, **switches})
     if check:
         verify(pdg, prog, after="(program as built)", analysis=analysis)
     for name, fn in PIPELINE:
@@ -127,5 +128,5 @@ def _without_annotations(pdg, before):
     return pdg
 
 
-__all__ = ["ANNOTATIONS", "PIPELINE", "SCHEDULER_SWITCHES", "PassContext", "VerifyError", "check_switches",
+__all__ = ["ANNOTATIONS", "OPTIONS", "OPTION_DEFAULTS", "PIPELINE", "SCHEDULER_SWITCHES", "PassContext", "VerifyError", "check_switches",
            "run_passes", "verify"]

@@ -29,7 +29,7 @@ import sympy
 from ..ir import registry
 from ..ir.ops import Op, Slice, is_basis
 from ..ir.polyhedral import stmt
-from .views import PER_READER
+from .views import PER_READER, several_outputs
 
 def _alone(pdg, n) -> bool:
     """Node ``n``'s op always forms a statement of its own."""
@@ -61,15 +61,10 @@ def _renamed(s, name):
     return s.set_tuple_name(name)
 
 
-def _several_outputs(pdg, p) -> bool:
-    node = pdg.rec(p)
-    return node.op is Op.UDF and len(node.shapes) > 1
-
-
 def _own_output(pdg, c) -> bool:
     """Whether ``c`` is an access of one output of a several-output UDF at its point, alone."""
     ins = pdg.inputs(c)
-    return pdg.rec(c).op is Op.ACCESS and len(ins) == 1 and _several_outputs(pdg, ins[0][0])
+    return pdg.rec(c).op is Op.ACCESS and len(ins) == 1 and several_outputs(pdg, ins[0][0])
 
 
 def _same_point(pdg, c, p, e) -> bool:
@@ -247,7 +242,7 @@ def make_groups(pdg, analysis, enabled=True, siblings=True, restrict=None, joins
         # joins the UDF's statement first: the UDF's tuple is then freed where it is made, and each
         # output lives as long as its own readers (an env step's observation until the next step
         # copies it, its reward and done flags until GAE reads them after the rollout)
-        outputs_first = [(c, p, e) for p in live if _several_outputs(pdg, p)
+        outputs_first = [(c, p, e) for p in live if several_outputs(pdg, p)
                          for c, e in pdg.consumers(p) if _own_output(pdg, c)]
         pairs = outputs_first + views_first + [(c, p, e) for c in live for p, e in pdg.inputs(c)]
         for c, p, e in pairs:

@@ -46,9 +46,9 @@ PER_READER = (Op.PERMUTE, Op.RESHAPE)
 
 def views(prog, pdg, bounds, analysis, ctx=None):
     """Each reader but the first of a shared permute or reshape reads a copy of its own; with the
-    ``split_outputs`` switch on (the default), each read output of a several-output UDF an access of its own."""
+    ``split_outputs`` switch on (the default of :func:`timerl.passes.run_passes`), each read output of a several-output UDF an access of its own."""
     shared = [n for n in analysis.live if pdg.rec(n).op in PER_READER and len({c for c, _ in pdg.consumers(n)}) > 1]
-    split = ctx is None or ctx.switches.get("split_outputs", True)
+    split = ctx is not None and ctx.switches.get("split_outputs", False)
     outputs = _udf_outputs(pdg, analysis.live) if split else []
     inward = [n for n in analysis.live if _takes_inward(pdg, n)]
     if not shared and not outputs and not inward:
@@ -110,15 +110,20 @@ def _move_inward(out):
 views.takes_context = True
 
 
+def several_outputs(pdg, p) -> bool:
+    """Whether ``p`` is a UDF with several outputs (an environment step's observation, reward, done)."""
+    node = pdg.rec(p)
+    return node.op is Op.UDF and len(node.shapes) > 1
+
+
 def _udf_outputs(pdg, live) -> list:
     """``(udf, output)``: the outputs of a UDF with several that something other than an access of
     that output alone reads."""
     out = []
     for p in sorted(live):
-        node = pdg.rec(p)
-        if node.op is not Op.UDF or len(node.shapes) < 2:
+        if not several_outputs(pdg, p):
             continue
-        for k in range(len(node.shapes)):
+        for k in range(len(pdg.rec(p).shapes)):
             readers = [(c, e) for c, e in pdg.consumers(p) if e.out == k]
             if any(pdg.rec(c).op is not Op.ACCESS or len(pdg.inputs(c)) != 1 for c, _ in readers):
                 out.append((p, k))
@@ -134,4 +139,4 @@ def _depth(pdg, n) -> int:
     return d
 
 
-__all__ = ["PER_READER", "views"]
+__all__ = ["PER_READER", "several_outputs", "views"]
